@@ -1,0 +1,32 @@
+# Two commands on a fresh machine:  `make demo` (main job) and `make test` (the test suite).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-all bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch pinned to the CPU build first, so nothing later pulls a CUDA wheel.
+	$(BIN)/pip install -q "torch>=2.2,<2.14"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/pe-probe demo --out out/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+bench: $(STAMP)
+	$(BIN)/python analyses/benchmarks/bench_analyze.py
+
+clean:
+	rm -rf $(VENV) out

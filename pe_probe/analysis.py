@@ -1,0 +1,250 @@
+"""`analyze()`: every identifiability measure of one PE table against one ground truth.
+
+The metric keys and definitions are those of DESIGN.md section 4; each measure lives in its own module
+(`stats`, `procrustes`, `recovery`, `probes`, `neighbourhood`, `spectrum`, `reference`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import distances as dist
+from . import stats
+from .errors import InputError
+from .groundtruth import GroundTruth, parse_ground_truth
+from .neighbourhood import neighbourhood_metrics
+from .probes import probe_r2
+from .procrustes import procrustes_align, protest
+from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, umap_embed
+from .reference import parse_reference, procrustes_distance, shape_distance
+from .result import AnalysisResult
+from .spectrum import explained_variance_ratio, participation_ratio
+from .validation import check_choice, check_coords, check_positive_int, check_table
+
+DEFAULT_METHODS = ("pca", "cmds", "smacof")
+
+
+def as_ground_truth(ground_truth: GroundTruth | np.ndarray | str) -> GroundTruth:
+    """Accept a GroundTruth, a spec string / path, or an (N, k) array."""
+    if isinstance(ground_truth, GroundTruth):
+        return ground_truth
+    if isinstance(ground_truth, (str, bytes)) or hasattr(ground_truth, "__fspath__"):
+        return parse_ground_truth(ground_truth)
+    coords = np.asarray(ground_truth, dtype=np.float64)
+    if coords.ndim == 1:
+        coords = coords[:, None]
+    return GroundTruth(coords=coords, spec="array", kind="file", shape=None)
+
+
+def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
+    items = [m.strip().lower() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
+    if not items:
+        raise InputError(f"no recovery methods given; choose from {','.join(METHODS)}")
+    for m in items:
+        check_choice(m, METHODS, "recovery method")
+    return tuple(dict.fromkeys(items))
+
+
+def auto_n_null(n_pairs: int) -> int:
+    """Random tables for the chance level: 20, fewer for very large tables (at least 5)."""
+    return int(max(5, min(20, 1e7 // max(n_pairs, 1))))
+
+
+class _Stages:
+    """Minimal progress display: one line per stage on a terminal, silent otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r\x1b[K  [{time.perf_counter() - self.t0:6.1f}s] {name}...")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str | Sequence[str] = DEFAULT_METHODS,
+            n_perm: int = 1000, n_boot: int = 1000, seed: int = 0, reference: str | None = None,
+            allow_reflection: bool = True, n_null: int | None = None, neighbours: int | None = None,
+            provenance: dict[str, Any] | None = None, progress: bool = False) -> AnalysisResult:
+    """Measure how well a PE table (N x d) recovers the geometry of ground-truth coordinates (N x k).
+
+    Parameters
+    ----------
+    table : (N, d) array-like, the positional-encoding table (one row per position).
+    ground_truth : GroundTruth, spec ("grid:8x8", "line:16", a file path) or (N, k) array.
+    pe_metric : distance between table rows for RSA and MDS: "euclidean", "cosine" or "correlation".
+    methods : recovery methods among pca, cmds, smacof, umap (umap JIT-compiles, ~10-15 s once).
+    n_perm : permutations for the Mantel and PROTEST p-values (0 skips them).
+    n_boot : bootstrap resamples for the RSA confidence interval (0 skips it).
+    seed : seeds every random step (permutations, bootstrap, random tables, UMAP, CV folds).
+    reference : "sin1d", "sin2d:HxW" or a table file, for `ref_shape_distance`.
+    allow_reflection : let Procrustes use reflections (the scipy definition); False forbids them.
+    n_null : random Gaussian tables for the chance level (default: 20, fewer for very large N).
+    neighbours : k for trustworthiness / kNN overlap (default min(5, N//2 - 1)).
+    """
+    P = check_table(table)
+    gt = as_ground_truth(ground_truth)
+    G = check_coords(gt.coords, P.shape[0])
+    pe_metric = check_choice(str(pe_metric).lower(), dist.PE_METRICS, "--pe-metric")
+    methods = parse_methods(methods)
+    n_perm = check_positive_int(n_perm, "n_perm")
+    n_boot = check_positive_int(n_boot, "n_boot")
+    n, d = P.shape
+    k = G.shape[1]
+    if neighbours is not None:
+        neighbours = check_positive_int(neighbours, "neighbours", 1)
+        if neighbours >= n - 1:
+            raise InputError(f"neighbours must be < N - 1 = {n - 1}, got {neighbours}")
+    ss = np.random.SeedSequence(seed)
+    rng_mantel, rng_boot, rng_protest, rng_null, rng_probe = (np.random.default_rng(s) for s in ss.spawn(5))
+    stage = _Stages(progress)
+    t_start = time.time()
+    notes: list[str] = []
+
+    stage("distances")
+    pe_sq = dist.square_distances(P, pe_metric)
+    gt_sq = dist.square_distances(G, "euclidean")
+    pe_d, gt_d = dist.condensed(pe_sq), dist.condensed(gt_sq)
+    if np.ptp(pe_d) == 0:
+        raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare")
+
+    m: dict[str, float] = {"n_positions": n, "pe_dim": d, "gt_dim": k}
+    stage("RSA")
+    gt_ranked = stats.standardise(stats.rank(gt_d))
+    pe_ranked = stats.standardise(stats.rank(pe_d))
+    m["rsa_spearman"] = float(pe_ranked @ gt_ranked)
+    m["rsa_pearson"] = stats.correlate(pe_d, gt_d, "pearson")
+    m["rsa_kendall"] = stats.correlate(pe_d, gt_d, "kendall")
+    mantel_info: dict[str, Any] = {}
+    if n_perm:
+        stage(f"Mantel test ({n_perm} permutations)")
+        mt = stats.mantel_prepared(pe_ranked, gt_ranked, n_perm=n_perm, seed=rng_mantel)
+        m["rsa_p"] = mt.p_value
+        mantel_info = {"exact": mt.exact, "n_relabellings": mt.n_perm}
+    else:
+        m["rsa_p"] = float("nan")
+    boot_method = None
+    if n_boot:
+        stage(f"bootstrap CI ({n_boot} resamples)")
+        bt = stats.bootstrap_rsa(pe_d, gt_d, method="spearman", n_boot=n_boot, seed=rng_boot)
+        m["rsa_ci_low"], m["rsa_ci_high"] = bt.low, bt.high
+        boot_method = bt.method
+    else:
+        m["rsa_ci_low"] = m["rsa_ci_high"] = float("nan")
+
+    stage("recovery")
+    pca_scores, sv = pca_embed(P, k)
+    raw: dict[str, np.ndarray] = {}
+    cmds_coords, _ = cmds_embed(pe_sq, k)
+    if "pca" in methods:
+        raw["pca"] = pca_scores
+    if "cmds" in methods:
+        raw["cmds"] = cmds_coords
+    smacof_iter = None
+    if "smacof" in methods:
+        stage("SMACOF")
+        raw["smacof"], smacof_iter = smacof_embed(pe_sq, cmds_coords)
+    if "umap" in methods:
+        stage("UMAP")
+        raw["umap"] = umap_embed(P, k, metric=pe_metric, seed=seed)
+    perms = np.argsort(rng_protest.random((n_perm, n)), axis=1) if n_perm else None
+    embeddings, alignments = {}, {}
+    for name, emb in raw.items():
+        al = procrustes_align(emb, G, allow_reflection=allow_reflection)
+        alignments[name] = al
+        embeddings[name] = al.scale * _pad(emb, al.rotation.shape[0]) @ al.rotation + al.translation
+        embeddings[name] = embeddings[name][:, :k]
+        m[f"recovery_{name}_r2"] = al.r2
+        m[f"recovery_{name}_rmse"] = al.rmse
+        m[f"recovery_{name}_p"] = (protest(emb, G, allow_reflection=allow_reflection, perms=perms)[0]
+                                   if n_perm else float("nan"))
+
+    stage("linear probe")
+    m["probe_r2"] = probe_r2(P, G, seed=int(rng_probe.integers(2**31)))
+    stage("neighbourhoods")
+    nb_method = "cmds" if "cmds" in raw else next(iter(raw))
+    m["trustworthiness"], m["knn_overlap"] = neighbourhood_metrics(raw[nb_method], G, neighbours, gt_square=gt_sq)
+    m["mds_stress"] = _kruskal_stress(cmds_coords, pe_d)
+    evr = explained_variance_ratio(sv)
+    m["participation_ratio"] = participation_ratio(sv)
+    m["explained_variance"] = float(evr[:k].sum())
+    ref_name = None
+    if reference is not None:
+        ref, ref_name = parse_reference(reference, n, d)
+        m["ref_shape_distance"] = shape_distance(P, ref)
+        m["ref_procrustes_distance"] = procrustes_distance(P, ref)
+
+    n_null = auto_n_null(len(pe_d)) if n_null is None else check_positive_int(n_null, "n_null")
+    null = np.empty(0)
+    if n_null:
+        stage(f"chance level ({n_null} random tables)")
+        sd = float(np.std(P))
+        null = np.array([
+            float(stats.standardise(stats.rank(dist.pairwise(rng_null.normal(0.0, sd if sd > 0 else 1.0, P.shape), pe_metric))) @ gt_ranked)
+            for _ in range(n_null)
+        ])
+    m["null_rsa_mean"] = float(null.mean()) if len(null) else float("nan")
+    m["null_rsa_sd"] = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
+    stage.done()
+
+    prov = dict(provenance or {})
+    prov.update({
+        "ground_truth": {"spec": gt.spec, "kind": gt.kind, "shape": list(gt.shape) if gt.shape else None},
+        "analysis": {
+            "pe_metric": pe_metric, "gt_metric": "euclidean", "methods": list(methods), "n_perm": n_perm,
+            "n_boot": n_boot, "bootstrap": boot_method, "mantel": mantel_info, "n_null": n_null, "seed": seed,
+            "allow_reflection": allow_reflection, "neighbours": neighbours or _default_k(n),
+            "neighbourhood_embedding": nb_method, "smacof_iterations": smacof_iter, "reference": ref_name,
+            "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),
+        },
+        "versions": _versions(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    })
+    if notes:
+        prov.setdefault("notes", []).extend(notes)
+    return AnalysisResult(
+        metrics=m, provenance=prov, table=P, coords=G, gt_spec=gt.spec, gt_kind=gt.kind,
+        gt_shape=tuple(gt.shape) if gt.shape else None, pe_metric=pe_metric, pe_distances=pe_d,
+        gt_distances=gt_d, embeddings=embeddings, raw_embeddings=raw, alignments=alignments,
+        explained_variance=evr, null_rsa=null,
+    )
+
+
+def _default_k(n: int) -> int:
+    from .neighbourhood import default_k
+
+    return default_k(n)
+
+
+def _pad(x: np.ndarray, k: int) -> np.ndarray:
+    return x if x.shape[1] >= k else np.hstack([x, np.zeros((len(x), k - x.shape[1]))])
+
+
+def _kruskal_stress(coords: np.ndarray, pe_d: np.ndarray) -> float:
+    """Kruskal stress-1: sqrt(sum (d_ij(X) - delta_ij)^2 / sum d_ij(X)^2) over pairs i<j."""
+    dx = dist.pairwise(coords, "euclidean")
+    denom = float(np.sum(dx ** 2))
+    return float(np.sqrt(np.sum((dx - pe_d) ** 2) / denom)) if denom > 0 else float("nan")
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("pe-probe", "numpy", "scipy", "scikit-learn", "torch"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out

@@ -1,0 +1,110 @@
+"""The Python API behind the CLI: analyse a source (file, folder or built-in) and write its report."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .analysis import analyze, as_ground_truth
+from .errors import InputError
+from .groundtruth import GroundTruth, grid, line
+from .output import staged_dir, write_data_files
+from .result import AnalysisResult
+
+BUILTIN_PREFIX = "builtin:"
+BUILTINS_HELP = "builtin:sin2d:HxW[xD] (the study's 2D sinusoid, D=64), builtin:sin1d:N[xD], builtin:random:NxD"
+
+
+def builtin_table(spec: str, seed: int = 0) -> tuple[np.ndarray, GroundTruth | None, str]:
+    """Planted example tables: ``builtin:sin2d:8x8`` (2D sinusoid, d=64, ground truth grid:8x8),
+    ``builtin:sin1d:64x32`` (1D sinusoid, ground truth line:64), ``builtin:random:64x64`` (Gaussian)."""
+    from .reference import sinusoid_1d, sinusoid_2d
+
+    body = spec[len(BUILTIN_PREFIX):].lower().replace(" ", "")
+    m = re.fullmatch(r"sin2d:(\d+)x(\d+)(?:x(\d+))?", body)
+    if m:
+        h, w, d = int(m.group(1)), int(m.group(2)), int(m.group(3) or 64)
+        return sinusoid_2d(h, w, d), grid(h, w), body
+    m = re.fullmatch(r"sin1d:(\d+)(?:x(\d+))?", body)
+    if m:
+        n, d = int(m.group(1)), int(m.group(2) or 64)
+        return sinusoid_1d(n, d), line(n), body
+    m = re.fullmatch(r"random:(\d+)x(\d+)", body)
+    if m:
+        n, d = int(m.group(1)), int(m.group(2))
+        return np.random.default_rng(seed).normal(size=(n, d)), None, body
+    raise InputError(f"unknown built-in table {spec!r}; use one of {BUILTINS_HELP}")
+
+
+def _resolve_ground_truth(loaded_gt: GroundTruth | None, ground_truth, n_rows: int,
+                          positions: tuple[int, int] | None, full_rows: int) -> GroundTruth:
+    if ground_truth is None:
+        if loaded_gt is None:
+            raise InputError("no ground truth: pass --ground-truth (a .npy/.csv/.txt of N x k coordinates, "
+                             f"or line:{n_rows}, grid:HxW, grid:HxWxD)")
+        return loaded_gt
+    gt = as_ground_truth(ground_truth)
+    if positions is not None and gt.n == full_rows and gt.n != n_rows:
+        gt = gt.rows(*positions)  # the ground truth describes the whole table: slice it alike
+    return gt
+
+
+def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str | None = None,
+                   layer: int | str | None = None, positions: str | tuple[int, int] | None = None,
+                   drop_extra_tokens: int | None = None, **analyze_kwargs: Any) -> AnalysisResult:
+    """Load the PE table of ``source`` (checkpoint, state_dict, safetensors, HF folder, raw table or
+    ``builtin:...``) and run `analyze` on it against ``ground_truth`` (default: the checkpoint's own)."""
+    src = str(source)
+    seed = int(analyze_kwargs.get("seed", 0))
+    if src.startswith(BUILTIN_PREFIX):
+        table, gt, name = builtin_table(src, seed)
+        full = len(table)
+        span = None
+        if positions is not None:
+            from .io import _parse_positions
+
+            span = _parse_positions(positions, full)
+            table = table[span[0]:span[1]]
+            if gt is not None:
+                gt = gt.rows(*span)
+        gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
+        prov = {"source": src, "source_kind": "builtin", "param": name, "layer": None, "sha256": None,
+                "positions": list(span) if span else None, "notes": []}
+        return analyze(table, gt, provenance=prov, **analyze_kwargs)
+
+    from .io import load_table
+
+    loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
+    full_rows = loaded.original_shape[-2] - loaded.extra_tokens if len(loaded.original_shape) >= 2 else len(loaded.table)
+    gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows)
+    prov = loaded.provenance()
+    prov["config"] = loaded.config
+    prov["checkpoint_metrics"] = loaded.checkpoint_metrics
+    prov["step"] = loaded.step
+    return analyze(loaded.table, gt, provenance=prov, **analyze_kwargs)
+
+
+def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
+    """How many per-layer PE tables ``source`` holds (1 for most models)."""
+    if str(source).startswith(BUILTIN_PREFIX):
+        return 1
+    from .io import load_table
+
+    return load_table(source, param=param).n_layers
+
+
+def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike, *, force: bool = False,
+                   figures: bool = True) -> Path:
+    """Write the report folder of one analysis (DESIGN.md section 5), completely or not at all."""
+    out = Path(out_dir)
+    with staged_dir(out, force) as stage:
+        write_data_files(result, stage)
+        if figures:
+            from .report import write_report
+
+            write_report(result, stage)
+    return out

@@ -1,0 +1,262 @@
+"""`pe-probe` command line: a thin layer over the Python API (`pe_probe.api`).
+
+Exit codes: 0 ok, 2 bad input (one line on stderr, no traceback), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+EPILOG_ANALYZE = """\
+examples:
+  pe-probe analyze runs/lst/last.pt                     # our checkpoint: PE and ground truth found in the file
+  pe-probe analyze model.safetensors --ground-truth grid:16x16 --out out/vit
+  pe-probe analyze gpt2/ --ground-truth line:1024 --positions 0:128 --out out/gpt2
+  pe-probe analyze table.npy --ground-truth coords.csv --pe-metric cosine --methods pca,cmds,umap
+  pe-probe analyze builtin:sin2d:8x8 --reference sin2d:8x8 --json
+
+reading the numbers:
+  rsa_spearman   rank correlation of PE distances with true distances (1 = same ordering of pairs)
+  rsa_p          Mantel permutation p-value (small = geometry not explained by chance labelling)
+  recovery_*_r2  share of the true layout's variance explained by the aligned recovered layout
+  null_rsa_mean  RSA of random tables of the same shape and scale: the chance level
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2) instead of a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def _layer(text: str):
+    t = text.strip().lower()
+    if t in ("mean", "all"):
+        return t
+    try:
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--layer takes an integer, 'mean' or 'all', got {text!r}") from None
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
+                "of its token positions? Load a PE table from any checkpoint and measure it against ground truth.",
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"pe-probe {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    a = sub.add_parser("analyze", help="measure how well one PE table recovers ground-truth positions",
+                       description="Measure how well a positional-encoding table recovers the ground-truth "
+                       "geometry: RSA with permutation p-value and bootstrap CI, PCA/MDS/SMACOF/UMAP recovery "
+                       "with Procrustes alignment, linear probe, neighbourhood metrics, spectrum, chance level.",
+                       epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("source", metavar="SOURCE", help="our checkpoint (.pt), a state_dict (.pt/.pth/.bin), .safetensors, "
+                   "a Hugging Face model folder, a raw table (.npy/.npz/.csv/.pt tensor) or builtin:sin2d:8x8 / "
+                   "builtin:sin1d:N / builtin:random:NxD")
+    a.add_argument("--ground-truth", "-g", metavar="SPEC", help="N x k coordinates: a .npy/.csv/.txt file, or line:N, "
+                   "grid:HxW, grid:HxWxD (default: the checkpoint's own ground truth)")
+    a.add_argument("--param", metavar="NAME", help="tensor to analyse (default: found automatically)")
+    a.add_argument("--layer", type=_layer, metavar="N|mean|all", help="for models with one PE table per layer: "
+                   "an index, their mean, or all (one report per layer); default 0")
+    a.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of the table (e.g. 0:128)")
+    a.add_argument("--drop-extra-tokens", type=_nonneg_int, metavar="K", help="leading rows to drop (ViT CLS tokens "
+                   "are detected automatically; 0 keeps every row)")
+    a.add_argument("--out", "-o", metavar="DIR", help="report folder (metrics.json, metrics.csv, embedding.csv, "
+                   "figures/, interactive.html, index.html); nothing is written without it")
+    a.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
+                   help="distance between PE rows (default: %(default)s); ground-truth distances are Euclidean")
+    a.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
+                   help="recovery methods, comma-separated from pca,cmds,smacof,umap (default: %(default)s; "
+                   "umap compiles for ~15 s on first use)")
+    a.add_argument("--n-perm", type=_nonneg_int, default=1000, metavar="N",
+                   help="permutations for Mantel/PROTEST p-values (default: %(default)s; 0 skips)")
+    a.add_argument("--n-boot", type=_nonneg_int, default=1000, metavar="N",
+                   help="bootstrap resamples of positions for the RSA 95%% CI (default: %(default)s; 0 skips)")
+    a.add_argument("--n-null", type=_nonneg_int, metavar="N", help="random tables for the chance level "
+                   "(default: 20, fewer for N > 1000)")
+    a.add_argument("--neighbours", type=int, metavar="K", help="k for trustworthiness/kNN overlap "
+                   "(default: min(5, N//2 - 1))")
+    a.add_argument("--seed", type=int, default=0, help="seed for every random step (default: %(default)s)")
+    a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
+    a.add_argument("--no-reflection", action="store_true", help="forbid reflections in Procrustes alignment")
+    a.add_argument("--no-figures", action="store_true", help="write only metrics.json/csv and embedding.csv")
+    a.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the summary table")
+    a.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
+    a.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+    c = sub.add_parser("compare", help="compare many checkpoints/runs: tidy table and figures",
+                       description="Analyse several checkpoints, tables or run folders and write a tidy table of "
+                       "every metric with the configs and evaluation metrics they carry, plus figures. One run "
+                       "folder alone expands to all its checkpoints (a training trajectory).",
+                       epilog="example:\n  pe-probe compare runs/sweep/*/ --by pe.init_std --out out/sweep",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT")
+    c.add_argument("--out", "-o", required=True, metavar="DIR")
+    c.add_argument("--by", metavar="CONFIG_KEY", help="config key for the x axis, dotted (e.g. pe.init_std)")
+    c.add_argument("--ground-truth", "-g", metavar="SPEC", help="ground truth for sources that carry none")
+    c.add_argument("--layer", type=_layer, metavar="N|mean")
+    c.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"))
+    c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST")
+    c.add_argument("--n-perm", type=_nonneg_int, default=200, metavar="N", help="(default: %(default)s)")
+    c.add_argument("--n-boot", type=_nonneg_int, default=200, metavar="N", help="(default: %(default)s)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--reference", metavar="SPEC")
+    c.add_argument("--force", action="store_true")
+
+    for name, text in (("train", "train a model on a task and write checkpoints (see pe-probe train --help)"),
+                       ("evaluate", "accuracy per difficulty level (or MSE) of a checkpoint on a data file"),
+                       ("demo", "train a small-sigma and a large-sigma model and report the contrast")):
+        sub.add_parser(name, help=text, add_help=False)
+    return p
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pe-probe")
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+    return str(v)
+
+
+def format_summary(result, title: str = "") -> str:
+    """A readable terminal summary of one analysis."""
+    m = result.metrics
+    prov = result.provenance
+    lines = []
+    if title:
+        lines.append(title)
+    src = prov.get("source", "table")
+    lines.append(f"source      {src}  param={prov.get('param')}  layer={prov.get('layer')}")
+    lines.append(f"table       N={m['n_positions']} positions x d={m['pe_dim']} dims; ground truth "
+                 f"{result.gt_spec} (k={m['gt_dim']}); PE metric {result.pe_metric}")
+    for note in prov.get("notes") or []:
+        lines.append(f"note        {note}")
+    lines.append("")
+    rows = [
+        ("RSA (Spearman)", m["rsa_spearman"], f"95% CI [{_fmt(m['rsa_ci_low'])}, {_fmt(m['rsa_ci_high'])}], "
+         f"Mantel p = {_fmt(m['rsa_p'])}; chance {_fmt(m['null_rsa_mean'])} +- {_fmt(m['null_rsa_sd'])}"),
+        ("RSA (Pearson)", m["rsa_pearson"], ""),
+        ("RSA (Kendall tau-b)", m["rsa_kendall"], ""),
+    ]
+    for meth in result.methods:
+        rows.append((f"recovery {meth} r2", m[f"recovery_{meth}_r2"],
+                     f"RMSE {_fmt(m[f'recovery_{meth}_rmse'])} (true units), PROTEST p = {_fmt(m[f'recovery_{meth}_p'])}"))
+    rows += [
+        ("linear probe R2", m["probe_r2"], "cross-validated ridge, mean over axes"),
+        ("trustworthiness", m["trustworthiness"], f"kNN overlap {_fmt(m['knn_overlap'])}"),
+        ("MDS stress-1", m["mds_stress"], "Kruskal, classical MDS in k dims"),
+        ("participation ratio", m["participation_ratio"], f"top-k PCs explain {_fmt(m['explained_variance'])} of variance"),
+    ]
+    if "ref_shape_distance" in m:
+        rows.append(("shape distance to ref", m["ref_shape_distance"], f"radians; unnormalised Procrustes "
+                     f"{_fmt(m.get('ref_procrustes_distance'))}"))
+    width = max(len(r[0]) for r in rows)
+    for name, val, extra in rows:
+        lines.append(f"  {name:<{width}}  {_fmt(val):>8}  {extra}")
+    return "\n".join(lines)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .api import analyze_source, n_layers, write_analysis
+    from .output import check_out_dir, metrics_document
+
+    if args.out:
+        check_out_dir(args.out, args.force)
+    kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,
+                  seed=args.seed, reference=args.reference, allow_reflection=not args.no_reflection,
+                  n_null=args.n_null, neighbours=args.neighbours, progress=not args.quiet and not args.json)
+    load = dict(param=args.param, positions=args.positions, drop_extra_tokens=args.drop_extra_tokens)
+    layers = [args.layer]
+    if args.layer == "all":
+        layers = list(range(n_layers(args.source, args.param)))
+    results = []
+    for layer in layers:
+        res = analyze_source(args.source, args.ground_truth, layer=layer, **load, **kwargs)
+        results.append((layer, res))
+    if args.out:
+        if args.layer == "all":
+            from .output import staged_dir
+
+            with staged_dir(args.out, args.force) as stage:
+                for layer, res in results:
+                    write_analysis(res, stage / f"layer-{layer}", figures=not args.no_figures)
+        else:
+            write_analysis(results[0][1], args.out, force=args.force, figures=not args.no_figures)
+    if args.json:
+        docs = [metrics_document(r) for _, r in results]
+        print(json.dumps(docs if args.layer == "all" else docs[0], indent=2, allow_nan=False))
+    else:
+        for layer, res in results:
+            title = f"== layer {layer} ==" if args.layer == "all" else ""
+            print(format_summary(res, title))
+        if args.out:
+            print(f"\nreport written to {args.out}/" + ("" if args.no_figures else "index.html"))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare
+
+    df = compare(args.sources, args.out, by=args.by, ground_truth=args.ground_truth,
+                 analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,
+                                     n_boot=args.n_boot, seed=args.seed, reference=args.reference,
+                                     **({"layer": args.layer} if args.layer is not None else {})),
+                 force=args.force)
+    print(f"compared {len(df)} sources; table and figures in {args.out}/ (compare.csv, index.html)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in ("train", "evaluate", "demo"):
+            from trainers import cli as tcli
+
+            return int({"train": tcli.train_main, "evaluate": tcli.evaluate_main, "demo": tcli.demo_main}[argv[0]](argv[1:]) or 0)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 0
+        return {"analyze": cmd_analyze, "compare": cmd_compare}[args.command](args)
+    except InputError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else "bad input"
+        sys.stderr.write(f"pe-probe: error: {msg}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("pe-probe: interrupted\n")
+        return 130
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

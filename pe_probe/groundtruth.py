@@ -1,0 +1,237 @@
+"""Ground truths: the true coordinates of each token position, from a built-in spec or a file.
+
+A ground truth is an (N, k) array of coordinates, one row per position of the PE table, in the same
+order as the table's rows. Built-ins cover the layouts a sequence or image model sees: ``line:N``
+(positions 0..N-1 on a line) and ``grid:HxW`` / ``grid:HxWxD`` (row-major, like a flattened image or
+the Latin Square Task's 4x4 board). Anything else is read from a file of coordinates.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pe_probe.errors import InputError
+
+ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
+
+_BUILTIN = re.compile(r"^\s*(line|grid)\s*:(.*)$", re.IGNORECASE)
+_SIZES = re.compile(r"^\s*\d+(\s*x\s*\d+)*\s*$", re.IGNORECASE)
+
+
+@dataclass
+class GroundTruth:
+    """True coordinates of the N positions of a PE table.
+
+    Attributes
+    ----------
+    coords : (N, k) float64; row i is the position of table row i.
+    spec : where it came from, as given (e.g. ``"grid:4x4"``, ``"coords.npy"``, ``"checkpoint"``).
+    kind : ``"line"``, ``"grid"``, ``"file"`` or ``"checkpoint"``.
+    shape : grid shape ``(H, W)`` / ``(H, W, D)``, ``(N,)`` for a line, ``None`` when unknown.
+    """
+
+    coords: np.ndarray
+    spec: str
+    kind: str
+    shape: tuple[int, ...] | None
+
+    @property
+    def n(self) -> int:
+        """Number of positions N."""
+        return int(self.coords.shape[0])
+
+    @property
+    def dim(self) -> int:
+        """Number of coordinate axes k."""
+        return int(self.coords.shape[1])
+
+    def rows(self, start: int, stop: int) -> GroundTruth:
+        """The ground truth of positions ``start:stop`` (used when only a slice of the table is analysed).
+
+        A grid keeps a grid shape when the slice covers whole rows (e.g. the first 2 rows of 4x4 -> 2x4).
+        """
+        coords = self.coords[start:stop]
+        shape: tuple[int, ...] | None = None
+        if self.kind == "line" or (self.shape is not None and len(self.shape) == 1):
+            shape = (coords.shape[0],)
+        elif self.shape is not None and len(self.shape) > 1:
+            inner = int(np.prod(self.shape[1:]))
+            if start % inner == 0 and stop % inner == 0 and stop > start:
+                shape = ((stop - start) // inner, *self.shape[1:])
+        return replace(self, coords=coords, spec=f"{self.spec}[{start}:{stop}]", shape=shape)
+
+
+def line(n: int) -> GroundTruth:
+    """Positions 0..n-1 on a line: coords = ``arange(n)[:, None]``."""
+    n = _positive_size(n, "line")
+    return GroundTruth(np.arange(n, dtype=np.float64)[:, None], f"line:{n}", "line", (n,))
+
+
+def grid(*shape: int) -> GroundTruth:
+    """Integer coordinates of a 2-D or 3-D grid in row-major order.
+
+    ``coords[i] = (row, col)`` with ``i = row * W + col`` for ``grid(H, W)``, and
+    ``coords[i] = (row, col, z)`` with ``i = (row * W + col) * D + z`` for ``grid(H, W, D)``:
+    the order in which ``array.reshape(-1)`` flattens an image or a board.
+    """
+    if len(shape) not in (2, 3):
+        raise InputError(f"grid needs 2 or 3 sizes (HxW or HxWxD), got {len(shape)}: use {ACCEPTED_FORMS}")
+    sizes = tuple(_positive_size(s, "grid") for s in shape)
+    coords = np.indices(sizes).reshape(len(sizes), -1).T.astype(np.float64)
+    return GroundTruth(coords, "grid:" + "x".join(map(str, sizes)), "grid", sizes)
+
+
+def parse_ground_truth(spec: str | os.PathLike) -> GroundTruth:
+    """A ground truth from a built-in spec (``line:N``, ``grid:HxW``, ``grid:HxWxD``) or a file.
+
+    Built-ins are case-insensitive and tolerate spaces (``"Grid: 4 x 4"``). Files: ``.npy`` (N x k, or
+    N -> N x 1), ``.csv`` (N x k numbers, an optional header row of names is skipped), ``.txt``
+    (whitespace- or comma-separated numbers, ``#`` comments). Raises InputError on anything else.
+    """
+    text = os.fspath(spec)
+    if not isinstance(text, str):
+        raise InputError(f"ground truth spec must be text or a path, got {type(spec).__name__}")
+    m = _BUILTIN.match(text)
+    if m:
+        return _parse_builtin(text, m.group(1).lower(), m.group(2))
+    return _from_file(text)
+
+
+def ground_truth_from_checkpoint(gt: dict[str, Any]) -> GroundTruth:
+    """The ground truth stored in a pe-probe checkpoint: ``{"coords": [N, k], "kind": ..., "shape": [...]}``.
+
+    ``kind`` is kept when it is ``"line"`` or ``"grid"`` (so reports can draw the layout); any other
+    recorded kind becomes ``"checkpoint"``. ``coords`` may be a torch tensor or an array.
+    """
+    if not isinstance(gt, dict) or "coords" not in gt:
+        raise InputError("checkpoint ground_truth must be a dict with a 'coords' entry [N, k]; re-save the checkpoint")
+    coords = _to_numpy(gt["coords"])
+    coords = _validate_coords(coords, "checkpoint ground_truth")
+    kind = str(gt.get("kind") or "checkpoint").lower()
+    if kind not in ("line", "grid"):
+        kind = "checkpoint"
+    shape = gt.get("shape")
+    shape_t: tuple[int, ...] | None = None
+    if shape is not None:
+        shape_t = tuple(int(s) for s in _to_numpy(shape).reshape(-1))
+        if int(np.prod(shape_t)) != coords.shape[0]:
+            shape_t = None  # a shape that does not describe the coordinates is not worth keeping
+    return GroundTruth(coords, "checkpoint", kind, shape_t)
+
+
+def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> np.ndarray:
+    """Read a rectangular table of numbers from a ``.csv`` or ``.txt`` file as (rows, columns) float64.
+
+    ``.csv`` is comma-separated; ``.txt`` is whitespace- or comma-separated with ``#`` comments. With
+    ``header=True`` a first row that is not all numbers is taken as column names and skipped. A
+    non-numeric cell raises InputError naming the file, line and column. ``pe_probe.io`` reuses this
+    for tables stored as text.
+    """
+    path = Path(path)
+    rows: list[tuple[int, list[str]]] = []  # (line number, cells)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        if path.suffix.lower() == ".csv":
+            for i, cells in enumerate(csv.reader(fh), start=1):
+                cells = [c.strip() for c in cells]
+                if any(cells):
+                    rows.append((i, cells))
+        else:
+            for i, raw in enumerate(fh, start=1):
+                body = raw.split("#", 1)[0].strip()
+                if body:
+                    rows.append((i, [c for c in re.split(r"[\s,]+", body) if c]))
+    if rows and header and not _all_numbers(rows[0][1]):
+        rows = rows[1:]
+    if not rows:
+        raise InputError(f"{path}: {what} is empty; it needs N rows of numbers")
+    width = len(rows[0][1])
+    out = np.empty((len(rows), width), dtype=np.float64)
+    for r, (lineno, cells) in enumerate(rows):
+        if len(cells) != width:
+            raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row")
+        for c, cell in enumerate(cells):
+            try:
+                out[r, c] = float(cell)
+            except ValueError:
+                raise InputError(
+                    f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
+                ) from None
+    return out
+
+
+def _parse_builtin(text: str, kind: str, sizes: str) -> GroundTruth:
+    if not _SIZES.match(sizes):
+        raise InputError(f"malformed ground truth spec {text!r}: use {ACCEPTED_FORMS}")
+    values = [int(s) for s in re.split(r"x", sizes.strip().lower())]
+    if kind == "line":
+        if len(values) != 1:
+            raise InputError(f"malformed ground truth spec {text!r}: line takes one size; use {ACCEPTED_FORMS}")
+        return line(values[0])
+    if len(values) not in (2, 3):
+        raise InputError(f"malformed ground truth spec {text!r}: grid takes HxW or HxWxD; use {ACCEPTED_FORMS}")
+    return grid(*values)
+
+
+def _from_file(text: str) -> GroundTruth:
+    path = Path(text)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".csv", ".txt"):
+        raise InputError(f"unknown ground truth {text!r}: use {ACCEPTED_FORMS}")
+    if not path.is_file():
+        raise InputError(f"ground truth file {text} not found; give an existing file or one of {ACCEPTED_FORMS}")
+    if suffix == ".npy":
+        try:
+            coords = np.load(path, allow_pickle=False)
+        except ValueError as e:  # object arrays need pickle, which we never allow
+            raise InputError(f"{text}: not a plain numeric .npy array ({e}); save numbers with np.save") from None
+    else:
+        coords = read_number_table(path, header=suffix == ".csv", what="ground truth")
+    return GroundTruth(_validate_coords(coords, text), text, "file", None)
+
+
+def _validate_coords(coords: np.ndarray, name: str) -> np.ndarray:
+    """Check and normalise coordinates to a finite (N, k) float64 array."""
+    if coords.dtype.kind not in "biuf":
+        raise InputError(f"{name}: coordinates must be numbers, got dtype {coords.dtype}")
+    if coords.ndim == 1:
+        coords = coords[:, None]
+    if coords.ndim != 2:
+        raise InputError(f"{name}: coordinates must be N x k (or N), got shape {tuple(coords.shape)}")
+    if coords.shape[0] == 0 or coords.shape[1] == 0:
+        raise InputError(f"{name}: coordinates are empty (shape {tuple(coords.shape)}); need N x k with N, k >= 1")
+    coords = coords.astype(np.float64)
+    if not np.all(np.isfinite(coords)):
+        bad = int(np.argwhere(~np.isfinite(coords))[0, 0])
+        raise InputError(f"{name}: coordinates contain NaN or Inf (first at row {bad}); give finite numbers")
+    return coords
+
+
+def _positive_size(n: Any, kind: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"{kind} sizes must be integers >= 1, got {n!r}: use {ACCEPTED_FORMS}")
+    return int(n)
+
+
+def _all_numbers(cells: list[str]) -> bool:
+    try:
+        [float(c) for c in cells]
+    except ValueError:
+        return False
+    return True
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    """A torch tensor, list or array as a numpy array, without importing torch."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":
+            x = x.float()
+        return x.numpy()
+    return np.asarray(x)

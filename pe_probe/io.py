@@ -1,0 +1,666 @@
+"""Load a positional-encoding table from any SOURCE of DESIGN.md section 2, safely.
+
+Sources: our checkpoint (``pe-probe-checkpoint/1``), plain or nested torch state_dicts
+(``.pt``/``.pth``/``.bin``/``.ckpt``), ``.safetensors``, Hugging Face model folders (``config.json`` +
+``model.safetensors`` or ``pytorch_model.bin``, sharded or not), and raw tables (``.npy``, ``.npz``,
+``.csv``, ``.txt``, a ``.pt`` holding one tensor).
+
+Safety: torch files load with ``torch.load(..., weights_only=True)`` only, numpy files with
+``allow_pickle=False``; a file that needs code to unpickle is refused, never executed.
+
+Two entry points: `load_table` returns the (N, d) table to analyse plus provenance; `load_state`
+returns every tensor of a source (for analyses that also need W_Q/W_K). Tensors are read lazily
+(memory-mapped where the format allows), so picking one table out of a large model stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pe_probe.errors import InputError
+from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
+
+CHECKPOINT_FORMAT = "pe-probe-checkpoint/1"
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+RAW_NAME = "table"  # the state key of a source that holds one unnamed table (.npy, .csv, tensor .pt)
+MIN_POSITIONS = 4
+MAX_LISTED = 10
+
+# Dotted-name suffixes of absolute PE tables in common libraries (compared in lower case):
+# BERT/ViT/CLIP (HF), GPT-2 (wpe), timm ViT (pos_embed), TransformerLens (W_pos), OPT/BART
+# (embed_positions), Swin (absolute_pos_embed), OpenAI CLIP (positional_embedding), and common names.
+WELL_KNOWN_PE = (
+    "position_embeddings.weight", "position_embeddings", "position_embedding.weight", "position_embedding",
+    "wpe.weight", "wpe", "pos_embed", "pos_embed.weight", "w_pos", "embed_positions.weight",
+    "embed_positions", "pos_emb", "pos_emb.weight", "pos_embedding", "pos_embedding.weight",
+    "pos_embeddings", "pos_embeddings.weight", "positional_embedding", "positional_embedding.weight",
+    "positional_embeddings", "positional_encoding", "absolute_pos_embed",
+)
+# Dotted-name components that mark a tensor as PE-looking (for per-layer tables and ranking).
+_PE_WORDS = {
+    "pe", "wpe", "pos", "position", "positions", "positional", "pos_embed", "pos_emb", "pos_embedding",
+    "pos_embeddings", "position_embedding", "position_embeddings", "positional_embedding",
+    "positional_embeddings", "positional_encoding", "pos_encoding", "embed_positions", "w_pos",
+    "absolute_pos_embed",
+}
+# Relative-position tables index offsets, not positions: never picked automatically.
+_NOT_ABSOLUTE = re.compile(r"relative|rel_pos|rel_emb|_bias|bias_table|exp_avg|momentum", re.IGNORECASE)
+# HF model types whose learned position table starts with 2 unused offset rows
+# (OPT/BART: positions are shifted by 2; RoBERTa family: padding_idx=1, positions start at 2).
+_OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert",
+                  "longformer", "data2vec-text", "ibert", "roberta-prelayernorm", "xmod"}
+_VIT_TYPES = {"vit", "deit", "beit", "dinov2", "dino", "vit_mae", "vit_msn", "vit_hybrid", "clip_vision_model",
+              "siglip_vision_model", "dinov2_with_registers", "ijepa"}
+_HF_WEIGHTS = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)")
+_VIT_NAME = re.compile(r"vit|deit|beit|dino|pos_embed|vision|visual|patch", re.IGNORECASE)
+
+
+@dataclass
+class LoadedTable:
+    """A PE table ready to analyse, with where it came from and what was done to it.
+
+    ``table`` is (N, d) float64 after squeezing leading singleton dims, choosing the layer, dropping
+    extra leading tokens (ViT CLS/distillation tokens, OPT offset rows) and slicing ``positions``.
+    """
+
+    table: np.ndarray
+    source: str
+    sha256: str
+    source_kind: str
+    param: str | list[str] | None
+    layer: int | str | None
+    n_layers: int
+    original_shape: tuple[int, ...]
+    candidates: list[str]
+    extra_tokens: int = 0
+    positions: tuple[int, int] | None = None
+    row_centred: bool = False
+    ground_truth: GroundTruth | None = None
+    config: dict | None = None
+    checkpoint_metrics: dict | None = None
+    step: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def provenance(self) -> dict[str, Any]:
+        """The JSON-able facts a report needs to say exactly which numbers were analysed."""
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "source_kind": self.source_kind,
+            "param": self.param,
+            "layer": self.layer,
+            "n_layers": self.n_layers,
+            "original_shape": list(self.original_shape),
+            "extra_tokens": self.extra_tokens,
+            "positions": list(self.positions) if self.positions is not None else None,
+            "row_centred": self.row_centred,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class _Store:
+    """A source's tensors by name: shapes and dtype kinds known up front, data read on demand.
+
+    ``kinds`` holds numpy dtype kinds: "f" float, "i"/"u" integer, "b" bool, "c" complex.
+    """
+
+    shapes: dict[str, tuple[int, ...]]
+    kinds: dict[str, str]
+    read: Callable[[str], np.ndarray]
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> _Store:
+        arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        return cls({k: tuple(v.shape) for k, v in arrays.items()}, {k: v.dtype.kind for k, v in arrays.items()},
+                   arrays.__getitem__)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public API
+
+
+def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Every tensor of a source as a numpy array, plus a metadata dict.
+
+    Metadata keys: ``source_kind``, ``sha256``, ``config``, ``pe_params``, ``ground_truth``
+    (a GroundTruth or None), ``step``, ``epoch``, ``metrics``, ``raw`` (True when the source is a
+    single unnamed table, stored under the name ``"table"``), ``notes``.
+    """
+    store, meta = _open(source)
+    return {name: store.read(name) for name in store.shapes}, meta
+
+
+def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
+    """The PE table name(s) of a state, in layer order.
+
+    Order of preference: the checkpoint's own ``pe_params``; then well-known names (matched as a
+    suffix of the dotted name, e.g. ``wpe.weight`` matches ``transformer.wpe.weight``); then
+    PE-looking names (``blocks.{i}.pe.table``...). Several matches that differ only in a layer
+    number are per-layer tables, sorted by that number. Integer tensors are never a PE. Raises
+    InputError, listing candidates, when nothing matches or the matches are ambiguous.
+    """
+    return _find_pe(_Store.from_arrays(state), meta or {})
+
+
+def load_table(
+    source: str | os.PathLike,
+    *,
+    param: str | None = None,
+    layer: int | str | None = None,
+    positions: str | tuple[int | None, int | None] | None = None,
+    drop_extra_tokens: int | None = None,
+) -> LoadedTable:
+    """Load the (N, d) PE table to analyse from ``source``.
+
+    Parameters
+    ----------
+    param : tensor name (exact, or a unique dotted suffix); found automatically when None.
+    layer : with several per-layer tables, an index, ``"mean"`` (their average), or None (layer 0,
+        with a note). ``"all"`` is the caller's job: call once per layer ``range(n_layers)``.
+    positions : ``"A:B"`` (Python slice, open ends allowed) or ``(A, B)``: rows to keep, counted
+        after extra tokens are dropped.
+    drop_extra_tokens : leading rows to drop; None detects ViT CLS/distillation tokens and
+        OPT/RoBERTa offset rows; 0 keeps every row.
+    """
+    store, meta = _open(source)
+    src = os.fspath(source)
+    notes: list[str] = list(meta["notes"])
+    candidates = _candidates(store)
+
+    if meta["raw"]:
+        if param is not None:
+            raise InputError(f"{src} holds a single unnamed table; drop --param {param}")
+        names = [RAW_NAME]
+    elif param is not None:
+        names = [_resolve_param(store, param, src)]
+    else:
+        names = _find_pe(store, meta, src)
+    n_layers = len(names)
+    chosen, layer_out = _choose_layer(names, layer, src)
+    if n_layers > 1 and layer is None:
+        notes.append(f"{n_layers} per-layer tables; analysing layer 0 (use --layer N|mean|all)")
+
+    label = (lambda n: src) if meta["raw"] else (lambda n: n)
+    tables = [_as_table(store, name, label(name)) for name in chosen]
+    original_shape = store.shapes[chosen[0]]
+    if len(tables) > 1:
+        shapes = {t.shape for t in tables}
+        if len(shapes) > 1:
+            raise InputError(f"{src}: per-layer tables differ in shape {sorted(shapes)}; pick one with --layer N")
+        table = np.mean(tables, axis=0)
+        notes.append(f"averaged {len(tables)} per-layer tables")
+    else:
+        table = tables[0]
+
+    gt: GroundTruth | None = meta["ground_truth"]
+    extra, note = _extra_tokens(chosen[0], table.shape[0], meta["config"], drop_extra_tokens, gt, src)
+    if extra:
+        table = table[extra:]
+        notes.append(note)
+
+    span: tuple[int, int] | None = None
+    if positions is not None:
+        start, stop = _parse_positions(positions, table.shape[0])
+        if gt is not None and gt.n == table.shape[0]:
+            gt = gt.rows(start, stop)
+        table = table[start:stop]
+        span = (start, stop)
+        notes.append(f"analysing positions {start}:{stop}")
+    if table.shape[0] < MIN_POSITIONS:
+        raise InputError(f"{src}: only {table.shape[0]} positions to analyse; need at least {MIN_POSITIONS} "
+                         f"(check --positions / --param)")
+
+    table = np.ascontiguousarray(table, dtype=np.float64)
+    centred = _row_centred(table)
+    if centred:
+        notes.append("row-centred: every row has mean ~0 (e.g. a LayerNorm-ed or mean-subtracted table)")
+    return LoadedTable(
+        table=table, source=src, sha256=meta["sha256"], source_kind=meta["source_kind"],
+        param=None if meta["raw"] else (chosen if layer_out == "mean" else chosen[0]),
+        layer=layer_out, n_layers=n_layers, original_shape=tuple(original_shape), candidates=candidates,
+        extra_tokens=extra, positions=span, row_centred=centred, ground_truth=gt, config=meta["config"],
+        checkpoint_metrics=meta["metrics"], step=meta["step"], notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Opening sources
+
+
+def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
+    """Dispatch on the kind of source; returns a lazy store and the metadata dict."""
+    path = Path(os.fspath(source))
+    if not path.exists():
+        raise InputError(f"{path}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
+                         f".npy, .npz, .csv or .pt file")
+    meta: dict[str, Any] = {"source_kind": "", "sha256": "", "config": None, "pe_params": None,
+                            "ground_truth": None, "step": None, "epoch": None, "metrics": None, "raw": False,
+                            "notes": []}
+    if path.is_dir():
+        return _open_hf_folder(path, meta)
+    suffix = path.suffix.lower()
+    meta["sha256"] = sha256_file(path)
+    if suffix in (".npy", ".csv", ".txt", ".tsv"):
+        meta.update(source_kind="csv" if suffix != ".npy" else "npy", raw=True)
+        arr = np.load(path, allow_pickle=False) if suffix == ".npy" else read_number_table(path, header=True,
+                                                                                              what="table")
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{path}: holds {arr.dtype} values, not numbers")
+        return _Store.from_arrays({RAW_NAME: arr}), meta
+    if suffix == ".npz":
+        meta["source_kind"] = "npz"
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        except ValueError as e:
+            raise InputError(f"{path}: not a plain numeric .npz ({e}); save numbers with np.savez") from None
+        if not arrays:
+            raise InputError(f"{path}: the .npz holds no arrays")
+        return _Store.from_arrays(arrays), meta
+    if suffix == ".safetensors":
+        meta["source_kind"] = "safetensors"
+        meta["config"] = _sibling_config(path)
+        return _open_safetensors([path]), meta
+    if suffix in TORCH_SUFFIXES:
+        meta["config"] = _sibling_config(path)
+        return _from_torch_object(_torch_load(path), path, meta)
+    raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .pt/.pth/.bin, .safetensors, "
+                     f".npy, .npz, .csv or a Hugging Face model folder")
+
+
+def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:
+    """A Hugging Face model folder: config.json plus safetensors or PyTorch weights (maybe sharded)."""
+    meta["source_kind"] = "hf-folder"
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        meta["config"] = _read_json(config_path)
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (folder / single).is_file():
+            files = [folder / single]
+        elif (folder / index).is_file():
+            weight_map = _read_json(folder / index).get("weight_map", {})
+            files = [folder / f for f in dict.fromkeys(weight_map.values())]
+            missing = [str(f) for f in files if not f.is_file()]
+            if not files or missing:
+                raise InputError(f"{folder / index}: shard files missing {missing[:3]}; download the complete model")
+            meta["notes"].append(f"{len(files)} weight shards; sha256 is of the shards concatenated in index order")
+        else:
+            continue
+        meta["sha256"] = sha256_file(*files)
+        if files[0].suffix == ".safetensors":
+            return _open_safetensors(files), meta
+        stores = [_from_torch_object(_torch_load(f), f, dict(meta))[0] for f in files]
+        return _merge(stores), meta
+    raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin in this folder; give a Hugging Face "
+                     f"model folder with PyTorch or safetensors weights")
+
+
+def _open_safetensors(files: list[Path]) -> _Store:
+    """Memory-mapped safetensors files; bf16/fp8 tensors are read through torch and widened to float32."""
+    from safetensors import SafetensorError, safe_open
+
+    stores = []
+    for f in files:
+        try:
+            handle = safe_open(str(f), framework="np")
+            names = list(handle.keys())
+            dtypes = {n: handle.get_slice(n).get_dtype() for n in names}
+            shapes = {n: tuple(handle.get_slice(n).get_shape()) for n in names}
+        except (SafetensorError, OSError) as e:
+            raise InputError(f"{f}: not a readable .safetensors file ({e})") from None
+
+        def read(name: str, handle=handle, f=f, dtypes=dtypes) -> np.ndarray:
+            if dtypes[name].startswith(("BF", "F8")):  # numpy has no bfloat16 / float8
+                with safe_open(str(f), framework="pt") as pt:
+                    return pt.get_tensor(name).float().numpy()
+            return handle.get_tensor(name)
+
+        stores.append(_Store(shapes, {n: _safetensors_kind(d) for n, d in dtypes.items()}, read))
+    return _merge(stores)
+
+
+def _torch_load(path: Path) -> Any:
+    """``torch.load`` with ``weights_only=True``: tensors and plain containers only, never code."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as e:
+        # Either way nothing ran; the wording only tells a corrupt file from one that holds code.
+        if re.search(r"unsupported operand|invalid load key|truncated|ran out of input", str(e), re.I):
+            raise InputError(f"{path}: not a readable torch file (not written by torch.save, or truncated)") from None
+        raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
+                         f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise InputError(f"{path}: not a readable torch file ({_first_line(e)})") from None
+
+
+def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:
+    """Turn what ``torch.load`` returned (tensor, our checkpoint, plain or nested state_dict) into a store."""
+    import torch
+
+    if not meta["source_kind"]:
+        meta["source_kind"] = "state_dict"
+    if isinstance(obj, torch.Tensor):
+        meta.update(source_kind="tensor", raw=True)
+        return _torch_store({RAW_NAME: obj}), meta
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: holds a {type(obj).__name__}, expected a tensor or a dict of tensors")
+    fmt = obj.get("format")
+    if isinstance(fmt, str) and fmt.startswith("pe-probe-checkpoint"):
+        if fmt != CHECKPOINT_FORMAT:
+            raise InputError(f"{path}: checkpoint format {fmt!r} is not supported (this pe-probe reads "
+                             f"{CHECKPOINT_FORMAT}); upgrade pe-probe")
+        if not isinstance(obj.get("model"), dict):
+            raise InputError(f"{path}: pe-probe checkpoint without a 'model' state_dict; re-save it")
+        meta.update(source_kind="pe-probe-checkpoint", config=obj.get("config"),
+                    pe_params=list(obj.get("pe_params") or []), step=_int_or_none(obj.get("step")),
+                    epoch=_int_or_none(obj.get("epoch")), metrics=obj.get("metrics"))
+        if obj.get("ground_truth") is not None:
+            meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"])
+        return _torch_store(_flatten(obj["model"])), meta
+    for key in ("state_dict", "model_state_dict", "model", "module", "model_ema", "ema"):
+        inner = obj.get(key)
+        if isinstance(inner, dict) and _flatten(inner):
+            if meta["source_kind"] == "state_dict":
+                meta["notes"].append(f"using the state_dict under the {key!r} entry")
+            return _torch_store(_flatten(inner)), meta
+    tensors = _flatten(obj)
+    if not tensors:
+        raise InputError(f"{path}: the dict holds no tensors; expected a state_dict")
+    return _torch_store(tensors), meta
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
+    """Tensors of a nested dict, keyed by dotted names; non-tensor entries are ignored."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, torch.Tensor):
+            out[name] = value
+        elif isinstance(value, dict):
+            out.update(_flatten(value, name))
+    return out
+
+
+def _torch_store(tensors: dict[str, Any]) -> _Store:
+    def kind(t: Any) -> str:
+        if t.dtype.is_floating_point:
+            return "f"
+        if t.dtype.is_complex:
+            return "c"
+        return "b" if str(t.dtype) == "torch.bool" else "i"
+
+    def read(name: str) -> np.ndarray:
+        import torch
+
+        t = tensors[name].detach().cpu()
+        if t.is_quantized:
+            t = t.dequantize()
+        if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
+            t = t.float()  # bfloat16 / float8 have no numpy dtype
+        return t.numpy()
+
+    return _Store({n: tuple(t.shape) for n, t in tensors.items()}, {n: kind(t) for n, t in tensors.items()}, read)
+
+
+def _merge(stores: list[_Store]) -> _Store:
+    if len(stores) == 1:
+        return stores[0]
+    owner = {name: s for s in stores for name in s.shapes}
+    return _Store({n: owner[n].shapes[n] for n in owner}, {n: owner[n].kinds[n] for n in owner},
+                  lambda n: owner[n].read(n))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Finding the table
+
+
+def _candidates(store: _Store) -> list[str]:
+    """Float tensors with >= 2 dims, well-known PE names first, then PE-looking names, then the rest."""
+    floats = [n for n in store.shapes if store.kinds[n] == "f" and len(store.shapes[n]) >= 2]
+    return sorted(floats, key=lambda n: 0 if _well_known(n) else 1 if _pe_looking(n) else 2)
+
+
+def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[str]:
+    pe_params = meta.get("pe_params")
+    if pe_params:
+        missing = [p for p in pe_params if p not in store.shapes]
+        if missing:
+            raise InputError(f"{src}: checkpoint lists pe_params {missing[:3]} that are not in its model; "
+                             f"pass --param NAME (candidates: {_listing(_candidates(store))})")
+        return list(pe_params)
+    floats = [n for n in store.shapes if store.kinds[n] == "f"]
+    # A well-known name is taken whatever its shape (a wrong shape then gets a clear message); a name
+    # that only looks PE-ish must also look like a table (>= 2 dims) to be picked.
+    for rule, min_dims in ((_well_known, 0), (_pe_looking, 2)):
+        hits = [n for n in floats
+                if rule(n) and len(store.shapes[n]) >= min_dims and not _NOT_ABSOLUTE.search(n)]
+        if hits:
+            return _layer_order(hits, src)
+    if len(store.shapes) == 1 and floats:
+        return floats  # a file that holds one float tensor: that is the table, whatever its name
+    why = "this checkpoint records no PE table (pe_params is empty); " if pe_params == [] else ""
+    raise InputError(f"{src}: no positional-encoding table found automatically; {why}pass --param NAME "
+                     f"(candidates: {_listing(_candidates(store))})")
+
+
+def _layer_order(names: list[str], src: str) -> list[str]:
+    """One name, or names differing only in their layer number(s), sorted by layer; else ambiguous."""
+    if len(names) == 1:
+        return names
+    templates = {re.sub(r"(?<![^.])\d+(?![^.])", "{i}", n) for n in names}
+    if len(templates) == 1:
+        return sorted(names, key=lambda n: [int(x) for x in re.findall(r"(?<![^.])\d+(?![^.])", n)])
+    raise InputError(f"{src}: several possible PE tables ({_listing(names)}); pass --param NAME to pick one")
+
+
+def _resolve_param(store: _Store, param: str, src: str) -> str:
+    if param in store.shapes:
+        return param
+    hits = [n for n in store.shapes if n.endswith("." + param)]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) > 1:
+        raise InputError(f"{src}: --param {param} matches several tensors ({_listing(hits)}); give the full name")
+    raise InputError(f"{src}: no tensor named {param!r}; candidates: {_listing(_candidates(store))}")
+
+
+def _well_known(name: str) -> bool:
+    low = name.lower()
+    return any(low == s or low.endswith("." + s) for s in WELL_KNOWN_PE)
+
+
+def _pe_looking(name: str) -> bool:
+    parts = name.lower().split(".")
+    return any(p in _PE_WORDS or "pos_emb" in p or "position_emb" in p or "positional" in p for p in parts)
+
+
+def _listing(names: list[str]) -> str:
+    if not names:
+        return "none: no float tensor with 2 or more dims"
+    shown = ", ".join(names[:MAX_LISTED])
+    return shown + (f", ... and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[list[str], int | str | None]:
+    """The tensor names to read and the layer to record (None when the source holds one table)."""
+    n = len(names)
+    if isinstance(layer, str):
+        key = layer.strip().lower()
+        if key == "mean":
+            return names, ("mean" if n > 1 else None)
+        if key == "all":
+            raise InputError("layer='all' is handled by the caller: load each layer in range(n_layers)")
+        if not re.fullmatch(r"\d+", key):
+            raise InputError(f"--layer {layer!r} is not understood; use an index 0..{n - 1}, mean or all")
+        layer = int(key)
+    if layer is None:
+        return names[:1], (0 if n > 1 else None)
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n:
+        valid = "0" if n == 1 else f"0..{n - 1}"
+        raise InputError(f"{src}: --layer {layer} is out of range; this source has {n} PE table(s), valid: "
+                         f"{valid}, mean or all")
+    return [names[int(layer)]], (int(layer) if n > 1 else None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shaping and checking the table
+
+
+def _as_table(store: _Store, name: str, label: str) -> np.ndarray:
+    """Read one tensor as a finite 2-D float table, squeezing leading singleton dims."""
+    shape = store.shapes[name]
+    if store.kinds[name] != "f":
+        raise InputError(f"{label}: is an integer/bool tensor (shape {shape}), e.g. position ids, not a PE table; "
+                         f"pass --param NAME of a float table")
+    arr = np.asarray(store.read(name))
+    while arr.ndim > 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 2:
+        raise InputError(f"{label}: has shape {shape}; a PE table must be 2-D (positions x dims) after dropping "
+                         f"leading 1s; pass --param NAME of such a tensor")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.argwhere(~np.isfinite(arr))[0, 0])
+        raise InputError(f"{label}: contains NaN or Inf (first in row {bad}); the table must be finite")
+    return arr
+
+
+def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | None,
+                  gt: GroundTruth | None, src: str) -> tuple[int, str]:
+    """How many leading rows to drop, and the note that says why."""
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, (int, np.integer)) or not 0 <= explicit < n_rows:
+            raise InputError(f"{src}: drop_extra_tokens={explicit!r} must be an integer in 0..{n_rows - 1}")
+        return int(explicit), f"dropped {explicit} leading row(s) as asked"
+    if gt is not None and gt.n == n_rows:
+        return 0, ""  # the table already matches its own ground truth
+    model_type = str((config or {}).get("model_type", "")).lower()
+    low = name.lower()
+    if model_type in _OFFSET2_TYPES and (low.endswith("embed_positions.weight")
+                                         or low.endswith("position_embeddings.weight")):
+        return 2, (f"dropped 2 offset rows at the top ({model_type} position ids start at 2; "
+                   f"use drop_extra_tokens=0 to keep them)")
+    if not config and low.endswith("decoder.embed_positions.weight") and _is_pow2(n_rows - 2):
+        return 2, (f"dropped 2 offset rows at the top ({n_rows} = 2 + {n_rows - 2}: OPT/BART-style table; "
+                   f"use drop_extra_tokens=0 to keep them)")
+    if _vit_like(name, config) and not _is_square(n_rows):
+        for k in (1, 2):
+            s = math.isqrt(max(n_rows - k, 0))
+            if s >= 2 and s * s == n_rows - k:
+                what = "CLS token" if k == 1 else "CLS + distillation tokens"
+                return k, (f"dropped {k} {what} ({n_rows} rows = {k} + {s}x{s} patches; "
+                           f"use drop_extra_tokens=0 to keep them)")
+    return 0, ""
+
+
+def _vit_like(name: str, config: dict | None) -> bool:
+    config = config or {}
+    if str(config.get("model_type", "")).lower() in _VIT_TYPES:
+        return True
+    archs = " ".join(config.get("architectures") or [])
+    return bool(_VIT_NAME.search(name) or re.search(r"vit|deit|beit|dino", archs, re.IGNORECASE))
+
+
+def _parse_positions(positions: str | tuple, n: int) -> tuple[int, int]:
+    """``"A:B"`` or ``(A, B)`` with Python slice semantics, resolved against n rows."""
+    usage = "use A:B with integers, open ends allowed (e.g. 0:128 or :128)"
+    if isinstance(positions, str):
+        m = re.fullmatch(r"\s*(-?\d+)?\s*:\s*(-?\d+)?\s*", positions)
+        if not m:
+            raise InputError(f"malformed --positions {positions!r}: {usage}")
+        a, b = (int(g) if g is not None else None for g in m.groups())
+    elif isinstance(positions, (tuple, list)) and len(positions) == 2 and all(
+            v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) for v in positions):
+        a, b = positions
+    else:
+        raise InputError(f"malformed --positions {positions!r}: {usage}")
+    start, stop, _ = slice(a, b).indices(n)
+    if stop <= start:
+        raise InputError(f"--positions {_fmt_span(a, b)} selects no rows of the {n}-row table; {usage}")
+    return start, stop
+
+
+def _row_centred(table: np.ndarray) -> bool:
+    rms = np.sqrt(np.mean(table**2, axis=1))
+    means = np.abs(table.mean(axis=1))
+    return bool(np.all(rms > 0) and np.all(means < 1e-6 * rms))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def sha256_file(*paths: Path | str, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file (or of several files concatenated), streamed in 1 MiB chunks."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as fh:
+            while block := fh.read(chunk):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _sibling_config(path: Path) -> dict | None:
+    """The config.json next to a weights file named like Hugging Face's (model.safetensors, pytorch_model.bin)."""
+    cfg = path.parent / "config.json"
+    if _HF_WEIGHTS.fullmatch(path.name) and cfg.is_file():
+        return _read_json(cfg)
+    return None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _safetensors_kind(dtype: str) -> str:
+    if dtype.startswith(("F", "BF")):
+        return "f"
+    if dtype == "BOOL":
+        return "b"
+    return "u" if dtype.startswith("U") else "i"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _int_or_none(x: Any) -> int | None:
+    try:
+        return int(x) if x is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_square(n: int) -> bool:
+    return n >= 0 and math.isqrt(n) ** 2 == n
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _fmt_span(a: int | None, b: int | None) -> str:
+    return f"{'' if a is None else a}:{'' if b is None else b}"

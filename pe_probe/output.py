@@ -1,0 +1,92 @@
+"""Report folders written completely or not at all, and never over a folder that is not ours.
+
+A folder is written in a hidden staging folder beside the target and renamed into place at the end;
+an existing target is replaced only when it carries our marker file (a previous pe-probe output) or
+when the user passes --force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+MARKER = ".pe-probe-output"
+
+
+def check_out_dir(out: str | os.PathLike, force: bool = False) -> Path:
+    """Refuse early (before any work) an output folder we may not write."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder; choose another path")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists() and not force:
+        raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
+    return out
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
+    """Yield a staging folder; on success it replaces ``out`` atomically, on error it is removed."""
+    out = check_out_dir(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        yield stage
+        (stage / MARKER).write_text("written by pe-probe\n")
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, trash / out.name)
+            os.replace(stage, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def json_safe(obj: Any) -> Any:
+    """Convert numpy scalars/arrays and non-finite floats (-> null) into plain JSON values."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def metrics_document(result) -> dict[str, Any]:
+    """The metrics.json content: flat metric keys plus a `provenance` object."""
+    doc = {k: v for k, v in result.metrics.items()}
+    doc["provenance"] = result.provenance
+    return json_safe(doc)
+
+
+def write_data_files(result, folder: Path) -> list[Path]:
+    """Write metrics.json, metrics.csv (tidy) and embedding.csv into ``folder``."""
+    folder = Path(folder)
+    paths = [folder / "metrics.json", folder / "metrics.csv", folder / "embedding.csv"]
+    paths[0].write_text(json.dumps(metrics_document(result), indent=2, allow_nan=False) + "\n")
+    result.to_frame().to_csv(paths[1], index=False)
+    result.embedding_frame().to_csv(paths[2], index=False, float_format="%.6g")
+    return paths

@@ -1,0 +1,91 @@
+"""Embed a PE table into the ground truth's k dimensions: PCA, classical MDS, SMACOF, UMAP.
+
+- PCA: projection of the centred table onto its top-k principal axes (SVD).
+- Classical MDS (Torgerson 1952; Gower 1966): top-k eigenpairs of B = -1/2 J D^2 J, computed with a
+  top-k eigensolver (ARPACK `eigsh` for large N, LAPACK's subset `eigh` for small N), never a full
+  eigendecomposition. Negative eigenvalues are clipped at 0. With Euclidean distances it equals PCA.
+- SMACOF (de Leeuw 1977): metric MDS minimising raw stress sum_{i<j} (d_ij(X) - delta_ij)^2 by Guttman
+  transforms, warm-started from classical MDS (so it only improves on it).
+- UMAP (McInnes et al. 2018): imported lazily, seeded, on the table with the chosen metric.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import eigh
+from scipy.sparse.linalg import eigsh
+
+METHODS = ("pca", "cmds", "smacof", "umap")
+
+
+def pca_embed(table: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (top-k principal component scores (N, k), singular values of the centred table)."""
+    xc = table - table.mean(axis=0)
+    u, s, _ = np.linalg.svd(xc, full_matrices=False)
+    scores = u[:, :k] * s[:k]
+    if scores.shape[1] < k:
+        scores = np.hstack([scores, np.zeros((len(xc), k - scores.shape[1]))])
+    return scores, s
+
+
+def cmds_embed(square_dist: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Classical MDS: (coordinates (N, k), the k eigenvalues used, descending)."""
+    n = square_dist.shape[0]
+    d2 = square_dist ** 2
+    row = d2.mean(axis=1)
+    b = -0.5 * (d2 - row[:, None] - row[None, :] + row.mean())
+    k_eff = min(k, n - 1)
+    if n > 200 and k_eff < n - 1:
+        vals, vecs = eigsh(b, k=k_eff, which="LA", v0=np.ones(n) / np.sqrt(n), tol=1e-10)
+    else:
+        vals, vecs = eigh(b, subset_by_index=[n - k_eff, n - 1])
+    order = np.argsort(vals)[::-1]
+    vals, vecs = vals[order], vecs[:, order]
+    # Fix the sign of each axis (largest |entry| positive) so results do not depend on the solver.
+    signs = np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(vecs.shape[1])])
+    vecs = vecs * np.where(signs == 0, 1, signs)
+    coords = vecs * np.sqrt(np.clip(vals, 0, None))
+    if coords.shape[1] < k:
+        coords = np.hstack([coords, np.zeros((n, k - coords.shape[1]))])
+    return coords, vals
+
+
+def smacof_embed(square_dist: np.ndarray, init: np.ndarray, *, max_iter: int = 300, eps: float = 1e-6) -> tuple[np.ndarray, int]:
+    """Metric SMACOF from ``init``; stops when the relative stress decrease falls below ``eps``.
+
+    Returns (coordinates, iterations used).
+    """
+    delta = square_dist
+    n = delta.shape[0]
+    x = init.astype(np.float64, copy=True)
+    iu = np.triu_indices(n, 1) if n <= 512 else None
+    prev = np.inf
+    it = 0
+    for it in range(1, max_iter + 1):
+        sq = np.einsum("ij,ij->i", x, x)
+        d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2 * x @ x.T, 0))
+        np.fill_diagonal(d, 0)
+        stress = 0.5 * float(np.sum((d - delta) ** 2)) if iu is None else float(np.sum((d[iu] - delta[iu]) ** 2))
+        if prev - stress < eps * max(prev, 1e-300) and it > 1:
+            break
+        prev = stress
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(d > 0, delta / d, 0.0)
+        bmat = -ratio
+        np.fill_diagonal(bmat, ratio.sum(axis=1))
+        x = bmat @ x / n  # Guttman transform
+    return x, it
+
+
+def umap_embed(table: np.ndarray, k: int, *, metric: str = "euclidean", seed: int = 0) -> np.ndarray:
+    """UMAP embedding (lazy import: umap-learn JIT-compiles on first use, ~10-15 s)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import umap
+
+        n_neighbors = max(2, min(15, len(table) - 1))
+        reducer = umap.UMAP(n_components=k, n_neighbors=n_neighbors, metric=metric, random_state=seed,
+                            init="random" if len(table) <= k + 1 else "spectral")
+        return np.asarray(reducer.fit_transform(table), dtype=np.float64)

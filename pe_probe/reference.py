@@ -1,0 +1,100 @@
+"""Reference tables (fixed sinusoids) and the shape distance of a table to a reference.
+
+Shape distance (Williams et al. 2021, "Generalized shape metrics on neural representations"): both
+tables are centred and scaled to unit Frobenius norm, zero-padded to the same width, and
+d = arccos(sum of singular values of P0^T R0), the angle after the best orthogonal alignment
+(reflections allowed), in radians from 0 (same shape) to pi/2.
+The unnormalised Procrustes distance min_Q ||Pc - Rc Q||_F (centred, not scaled) is also reported
+because the study used it; it grows with the table's norm, hence with the init sigma, by construction.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+
+def sinusoid_1d(n: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """Vaswani et al. (2017): PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1] = cos(pos w_i), w_i = base^(-2i/d)."""
+    pos = np.arange(n, dtype=np.float64)[:, None]
+    i = np.arange((d + 1) // 2, dtype=np.float64)
+    w = base ** (-2 * i / d)
+    out = np.zeros((n, d))
+    out[:, 0::2] = np.sin(pos * w)[:, : len(range(0, d, 2))]
+    out[:, 1::2] = np.cos(pos * w)[:, : len(range(1, d, 2))]
+    return out
+
+
+def sinusoid_2d(h: int, w: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """The study's 2D sinusoid for a row-major h x w grid, d divisible by 4.
+
+    First half of the dims encodes the column c: dims 2k, 2k+1 = sin(c w_k), cos(c w_k) with
+    w_k = base^(-4k/d), k = 0..d/4-1; the second half encodes the row r the same way.
+    """
+    if d % 4:
+        raise InputError(f"the 2D sinusoid needs a width divisible by 4, got {d}")
+    rows, cols = np.divmod(np.arange(h * w), w)
+    k = np.arange(d // 4, dtype=np.float64)
+    freq = base ** (-4 * k / d)
+    out = np.zeros((h * w, d))
+    for half, coord in enumerate((cols, rows)):
+        ang = coord[:, None] * freq[None, :]
+        off = half * d // 2
+        out[:, off + 0: off + d // 2: 2] = np.sin(ang)
+        out[:, off + 1: off + d // 2: 2] = np.cos(ang)
+    return out
+
+
+def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:
+    """Build a reference table from ``sin1d``, ``sin2d:HxW`` or a file (.npy/.csv/.txt, N x d')."""
+    s = str(spec).strip()
+    if s.lower() == "sin1d":
+        return sinusoid_1d(n, d), "sin1d"
+    m = re.fullmatch(r"sin2d:(\d+)x(\d+)", s.lower().replace(" ", ""))
+    if m:
+        h, w = int(m.group(1)), int(m.group(2))
+        if h * w != n:
+            raise InputError(f"reference {s!r} has {h * w} positions but the table has {n}")
+        width = d if d % 4 == 0 else d + (4 - d % 4)
+        return sinusoid_2d(h, w, width), s.lower()
+    if s.lower().startswith("sin"):
+        raise InputError(f"malformed reference {s!r}; use sin1d, sin2d:HxW or a file path")
+    path = Path(s)
+    if not path.exists():
+        raise InputError(f"reference {s!r} not found; use sin1d, sin2d:HxW or an existing .npy/.csv/.txt file")
+    from .io import load_table
+
+    ref = load_table(path).table
+    if ref.shape[0] != n:
+        raise InputError(f"reference {s!r} has {ref.shape[0]} positions but the table has {n}")
+    return ref, str(path)
+
+
+def _centred(x: np.ndarray, width: int) -> np.ndarray:
+    x = np.asarray(x, float) - np.mean(x, axis=0)
+    if x.shape[1] < width:
+        x = np.hstack([x, np.zeros((len(x), width - x.shape[1]))])
+    return x
+
+
+def shape_distance(table: np.ndarray, reference: np.ndarray) -> float:
+    """Angular Procrustes distance between centred, unit-norm tables (radians, 0..pi/2)."""
+    width = max(table.shape[1], reference.shape[1])
+    p, r = _centred(table, width), _centred(reference, width)
+    pn, rn = np.linalg.norm(p), np.linalg.norm(r)
+    if pn == 0 or rn == 0:
+        return float("nan")
+    nuc = np.linalg.svd((p / pn).T @ (r / rn), compute_uv=False).sum()
+    return float(np.arccos(np.clip(nuc, -1.0, 1.0)))
+
+
+def procrustes_distance(table: np.ndarray, reference: np.ndarray) -> float:
+    """Unnormalised Procrustes distance min over orthogonal Q of ||Pc - Rc Q||_F (centred tables)."""
+    width = max(table.shape[1], reference.shape[1])
+    p, r = _centred(table, width), _centred(reference, width)
+    nuc = np.linalg.svd(p.T @ r, compute_uv=False).sum()
+    return float(np.sqrt(max(0.0, np.sum(p ** 2) + np.sum(r ** 2) - 2 * nuc)))

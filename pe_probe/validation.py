@@ -1,0 +1,65 @@
+"""Input validation at the public boundary (scikit-learn style): check once, then trust inside."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+
+MIN_POSITIONS = 4
+
+
+def check_table(table, name: str = "table") -> np.ndarray:
+    """Return ``table`` as a finite float64 (N, d) array with N >= 4, or raise InputError."""
+    try:
+        arr = np.asarray(table, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: expected a numeric (positions x dims) array, got {type(table).__name__} ({exc})") from None
+    if arr.ndim == 1:
+        raise InputError(f"{name}: expected a 2-D (positions x dims) table, got a 1-D array of length {arr.shape[0]}; reshape it to (N, d)")
+    if arr.ndim != 2:
+        raise InputError(f"{name}: expected a 2-D (positions x dims) table, got shape {tuple(arr.shape)}; pick one layer (--layer) or reshape to (N, d)")
+    if arr.shape[0] < MIN_POSITIONS:
+        raise InputError(f"{name}: needs at least {MIN_POSITIONS} positions (rows), got {arr.shape[0]}")
+    if arr.shape[1] < 1:
+        raise InputError(f"{name}: has no columns (shape {tuple(arr.shape)})")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise InputError(f"{name}: contains {int(bad.sum())} NaN/Inf values (first at row {r}, column {c}); clean the table before analysing it")
+    return arr
+
+
+def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.ndarray:
+    """Return ground-truth coordinates as finite float64 (N, k) matching the table's N, or raise."""
+    arr = np.asarray(coords, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise InputError(f"{name}: expected (N, k) coordinates, got shape {tuple(arr.shape)}")
+    if arr.shape[0] != n_positions:
+        raise InputError(
+            f"{name} has {arr.shape[0]} positions but the PE table has {n_positions}; "
+            f"pass a matching --ground-truth or select rows with --positions A:B"
+        )
+    if not np.isfinite(arr).all():
+        raise InputError(f"{name}: contains NaN/Inf coordinates")
+    if np.ptp(arr, axis=0).max() == 0:
+        raise InputError(f"{name}: all positions have the same coordinates; nothing to compare against")
+    return arr
+
+
+def check_choice(value: str, allowed, what: str) -> str:
+    if value not in allowed:
+        raise InputError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+    return value
+
+
+def check_positive_int(value, what: str, minimum: int = 0) -> int:
+    try:
+        iv = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be an integer, got {value!r}") from None
+    if iv < minimum:
+        raise InputError(f"{what} must be >= {minimum}, got {iv}")
+    return iv

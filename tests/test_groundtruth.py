@@ -1,0 +1,158 @@
+"""Ground truths: built-in specs, files, checkpoint dicts, and their error messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, grid, line, parse_ground_truth
+
+
+def test_line() -> None:
+    gt = line(5)
+    assert gt.coords.shape == (5, 1) and gt.coords.dtype == np.float64
+    np.testing.assert_array_equal(gt.coords[:, 0], [0, 1, 2, 3, 4])
+    assert (gt.kind, gt.shape, gt.spec, gt.n, gt.dim) == ("line", (5,), "line:5", 5, 1)
+
+
+def test_grid_2d_is_row_major() -> None:
+    gt = grid(4, 4)
+    assert gt.coords.shape == (16, 2) and gt.shape == (4, 4) and gt.kind == "grid"
+    for i, (r, c) in enumerate(gt.coords):
+        assert i == int(r) * 4 + int(c)
+    np.testing.assert_array_equal(gt.coords[:5], [[0, 0], [0, 1], [0, 2], [0, 3], [1, 0]])
+
+
+def test_grid_non_square_matches_numpy_flattening() -> None:
+    # coords of a flattened H x W image must match np.unravel_index of the flat index
+    gt = grid(2, 3)
+    rows, cols = np.unravel_index(np.arange(6), (2, 3))
+    np.testing.assert_array_equal(gt.coords, np.stack([rows, cols], axis=1))
+
+
+def test_grid_3d_index_formula() -> None:
+    gt = parse_ground_truth("grid:2x3x4")
+    assert gt.coords.shape == (24, 3) and gt.shape == (2, 3, 4) and gt.dim == 3
+    for i, (r, c, z) in enumerate(gt.coords.astype(int)):
+        assert i == (r * 3 + c) * 4 + z
+
+
+@pytest.mark.parametrize("spec", ["grid:4x4", "GRID:4X4", " grid : 4 x 4 ", "Grid:4 x4"])
+def test_builtin_specs_are_case_and_space_tolerant(spec: str) -> None:
+    gt = parse_ground_truth(spec)
+    np.testing.assert_array_equal(gt.coords, grid(4, 4).coords)
+
+
+@pytest.mark.parametrize("spec", ["grid:4x", "grid:4", "grid:", "grid:axb", "line:", "line:4x4", "grid:2x2x2x2",
+                                  "line:-3", "grid:4.5x4"])
+def test_malformed_builtin_spec_names_the_accepted_forms(spec: str) -> None:
+    with pytest.raises(InputError) as e:
+        parse_ground_truth(spec)
+    msg = str(e.value)
+    assert "\n" not in msg and "grid:HxW" in msg and "line:N" in msg
+
+
+@pytest.mark.parametrize("spec", ["line:0", "grid:0x4", "grid:4x0x2"])
+def test_sizes_below_one_are_refused(spec: str) -> None:
+    with pytest.raises(InputError, match=">= 1"):
+        parse_ground_truth(spec)
+
+
+def test_npy_file_and_1d_promotion(tmp_path) -> None:
+    coords = np.arange(12.0).reshape(6, 2)
+    np.save(tmp_path / "c.npy", coords)
+    gt = parse_ground_truth(tmp_path / "c.npy")
+    np.testing.assert_array_equal(gt.coords, coords)
+    assert gt.kind == "file" and gt.shape is None and gt.spec == str(tmp_path / "c.npy")
+    np.save(tmp_path / "d.npy", np.array([3, 1, 2], dtype=np.int64))
+    gt = parse_ground_truth(str(tmp_path / "d.npy"))
+    assert gt.coords.shape == (3, 1) and gt.coords.dtype == np.float64
+
+
+def test_csv_with_and_without_header(tmp_path) -> None:
+    (tmp_path / "h.csv").write_text("x,y,z\n1,2,3\n4,5,6.5\n")
+    (tmp_path / "n.csv").write_text("1,2,3\n4,5,6.5\n\n")
+    for name in ("h.csv", "n.csv"):
+        gt = parse_ground_truth(tmp_path / name)
+        np.testing.assert_array_equal(gt.coords, [[1, 2, 3], [4, 5, 6.5]])
+
+
+def test_txt_whitespace_or_comma_with_comments(tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("# x y\n0 0\n0\t1  # trailing comment\n1,0\n")
+    gt = parse_ground_truth(tmp_path / "a.txt")
+    np.testing.assert_array_equal(gt.coords, [[0, 0], [0, 1], [1, 0]])
+
+
+def test_non_numeric_csv_names_line_and_column(tmp_path) -> None:
+    (tmp_path / "bad.csv").write_text("x,y\n1,2\n3,oops\n")
+    with pytest.raises(InputError, match=r"line 3, column 2: 'oops'"):
+        parse_ground_truth(tmp_path / "bad.csv")
+
+
+def test_txt_has_no_header_allowance(tmp_path) -> None:
+    (tmp_path / "h.txt").write_text("x y\n1 2\n")
+    with pytest.raises(InputError, match="line 1, column 1"):
+        parse_ground_truth(tmp_path / "h.txt")
+
+
+def test_ragged_rows_are_refused(tmp_path) -> None:
+    (tmp_path / "r.csv").write_text("1,2\n3\n")
+    with pytest.raises(InputError, match="line 2 has 1 values, expected 2"):
+        parse_ground_truth(tmp_path / "r.csv")
+
+
+@pytest.mark.parametrize("bad", [np.array([[0.0, 1.0], [np.nan, 2.0]]), np.array([[0.0], [np.inf]])])
+def test_nan_inf_refused(tmp_path, bad) -> None:
+    np.save(tmp_path / "b.npy", bad)
+    with pytest.raises(InputError, match="NaN or Inf.*row 1"):
+        parse_ground_truth(tmp_path / "b.npy")
+
+
+def test_empty_and_3d_refused(tmp_path) -> None:
+    (tmp_path / "e.csv").write_text("x,y\n")
+    with pytest.raises(InputError, match="empty"):
+        parse_ground_truth(tmp_path / "e.csv")
+    np.save(tmp_path / "e.npy", np.zeros((0, 2)))
+    with pytest.raises(InputError, match="empty"):
+        parse_ground_truth(tmp_path / "e.npy")
+    np.save(tmp_path / "t.npy", np.zeros((2, 2, 2)))
+    with pytest.raises(InputError, match=r"N x k.*\(2, 2, 2\)"):
+        parse_ground_truth(tmp_path / "t.npy")
+
+
+def test_missing_file_and_unknown_spec(tmp_path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        parse_ground_truth(tmp_path / "nope.npy")
+    with pytest.raises(InputError, match="unknown ground truth 'circle:5'"):
+        parse_ground_truth("circle:5")
+
+
+def test_object_npy_is_not_unpickled(tmp_path) -> None:
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError, match="not a plain numeric"):
+        parse_ground_truth(tmp_path / "o.npy")
+
+
+def test_from_checkpoint_tensor_and_kind() -> None:
+    coords = torch.tensor(grid(4, 4).coords, dtype=torch.float32)
+    gt = ground_truth_from_checkpoint({"coords": coords, "kind": "grid", "shape": [4, 4]})
+    np.testing.assert_array_equal(gt.coords, grid(4, 4).coords)
+    assert (gt.kind, gt.shape, gt.spec) == ("grid", (4, 4), "checkpoint")
+    other = ground_truth_from_checkpoint({"coords": np.zeros((5, 3)), "kind": "network3d", "shape": None})
+    assert (other.kind, other.shape) == ("checkpoint", None)
+    mismatched = ground_truth_from_checkpoint({"coords": np.zeros((5, 2)), "kind": "grid", "shape": [4, 4]})
+    assert mismatched.shape is None
+    with pytest.raises(InputError):
+        ground_truth_from_checkpoint({"kind": "grid"})
+
+
+def test_rows_keeps_grid_shape_only_for_whole_rows() -> None:
+    gt = grid(4, 4)
+    top = gt.rows(0, 8)
+    assert top.shape == (2, 4) and top.n == 8 and top.spec == "grid:4x4[0:8]"
+    np.testing.assert_array_equal(top.coords, gt.coords[:8])
+    assert gt.rows(1, 8).shape is None
+    assert line(10).rows(2, 5).shape == (3,)
+    assert isinstance(top, GroundTruth)
