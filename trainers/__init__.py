@@ -1,0 +1,1 @@
+"""Compact torch trainer: tasks, PE variants, model, training loop, checkpoints."""
