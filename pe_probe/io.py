@@ -336,16 +336,50 @@ def _torch_load(path: Path) -> Any:
     """``torch.load`` with ``weights_only=True``: tensors and plain containers only, never code."""
     import torch
 
+    import warnings
+
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "Detected pickle protocol 4" chatter
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         # Either way nothing ran; the wording only tells a corrupt file from one that holds code.
+        if _pickle_has_code(path):
+            raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
+                             f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
         if re.search(r"unsupported operand|invalid load key|truncated|ran out of input", str(e), re.I):
             raise InputError(f"{path}: not a readable torch file (not written by torch.save, or truncated)") from None
         raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
                          f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
     except (RuntimeError, EOFError, OSError) as e:
         raise InputError(f"{path}: not a readable torch file ({_first_line(e)})") from None
+
+
+def _pickle_has_code(path: Path) -> bool:
+    """Scan (never execute) the pickle stream of a torch or plain pickle file for calls to globals
+    other than torch's own rebuild helpers; such a file would run code if unpickled."""
+    import pickletools
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                names = [n for n in zf.namelist() if n.endswith(".pkl")]
+                data = zf.read(names[0]) if names else b""
+        else:
+            data = path.read_bytes()
+        pending: list[str] = []
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"):
+                pending = (pending + [str(arg)])[-2:]
+            elif op.name == "GLOBAL" or op.name == "STACK_GLOBAL":
+                name = str(arg) if op.name == "GLOBAL" else " ".join(pending)
+                if not name.replace(" ", ".").startswith(("torch", "collections.OrderedDict", "_codecs", "numpy")):
+                    return True
+            elif op.name in ("INST", "OBJ"):
+                return True
+    except Exception:
+        return False
+    return False
 
 
 def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:

@@ -1,0 +1,212 @@
+"""The `pe-probe analyze` command as a user runs it: outputs, exit codes, one-line errors, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pe_probe.cli import main
+from pe_probe.groundtruth import grid
+from pe_probe.reference import sinusoid_2d
+
+FAST = ["--n-perm", "50", "--n-boot", "50", "--n-null", "3", "--quiet"]
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_input_error(code, err, *needles):
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n.lower() in err.lower(), err
+
+
+@pytest.fixture
+def sin_npy(tmp_path):
+    p = tmp_path / "sin.npy"
+    np.save(p, sinusoid_2d(4, 4, 16))
+    return p
+
+
+def test_analyze_writes_data_files_and_json(tmp_path, sin_npy, capsys):
+    out = tmp_path / "rep"
+    code, stdout, err = run(["analyze", sin_npy, "-g", "grid:4x4", "--out", out, "--no-figures", "--json", *FAST], capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    for key in ("n_positions", "rsa_spearman", "rsa_p", "rsa_ci_low", "recovery_cmds_r2", "probe_r2",
+                "trustworthiness", "knn_overlap", "mds_stress", "participation_ratio", "null_rsa_mean"):
+        assert key in doc
+    assert doc["n_positions"] == 16
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["rsa_spearman"] == pytest.approx(doc["rsa_spearman"])
+    prov = saved["provenance"]
+    assert prov["sha256"] and prov["source"].endswith("sin.npy") and prov["analysis"]["seed"] == 0
+    assert "row_centred" in prov
+    emb = (out / "embedding.csv").read_text().splitlines()
+    assert emb[0].startswith("position,true_0,true_1,pca_0")
+    assert len(emb) == 17
+
+
+def test_summary_table_on_terminal(sin_npy, capsys):
+    code, stdout, _ = run(["analyze", sin_npy, "-g", "grid:4x4", *FAST], capsys)
+    assert code == 0
+    assert "RSA (Spearman)" in stdout and "recovery cmds r2" in stdout and "Mantel p" in stdout
+
+
+def test_checkpoint_without_arguments(tmp_path, capsys):
+    """Our checkpoint format carries its own ground truth and PE names."""
+    table = torch.tensor(sinusoid_2d(4, 4, 16), dtype=torch.float32)
+    ckpt = {"format": "pe-probe-checkpoint/1", "model": {"pe.table": table, "head.weight": torch.randn(4, 16)},
+            "config": {"pe": {"init_std": 0.1}}, "pe_params": ["pe.table"],
+            "ground_truth": {"coords": torch.tensor(grid(4, 4).coords), "kind": "grid", "shape": [4, 4]},
+            "step": 10, "epoch": 1, "metrics": {"ood_acc": 0.5}}
+    path = tmp_path / "last.pt"
+    torch.save(ckpt, path)
+    code, stdout, err = run(["analyze", path, "--json", *FAST], capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["provenance"]["param"] == "pe.table"
+    assert doc["provenance"]["ground_truth"]["spec"] == "checkpoint"
+    assert doc["rsa_spearman"] > 0.5
+
+
+def test_per_layer_tables_all_and_mean(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    sd = {f"blocks.{i}.pe.table": torch.tensor(rng.normal(size=(16, 8)), dtype=torch.float32) for i in range(3)}
+    path = tmp_path / "sd.pt"
+    torch.save(sd, path)
+    code, stdout, err = run(["analyze", path, "-g", "grid:4x4", "--layer", "all", "--json", "--out",
+                             tmp_path / "o", "--no-figures", *FAST], capsys)
+    assert code == 0, err
+    docs = json.loads(stdout)
+    assert [d["provenance"]["layer"] for d in docs] == [0, 1, 2]
+    assert (tmp_path / "o" / "layer-2" / "metrics.json").exists()
+    code, stdout, _ = run(["analyze", path, "-g", "grid:4x4", "--layer", "mean", "--json", *FAST], capsys)
+    assert code == 0 and json.loads(stdout)["provenance"]["layer"] == "mean"
+
+
+def test_positions_slice_and_ground_truth_slice(tmp_path, capsys):
+    table = np.random.default_rng(1).normal(size=(32, 8))
+    np.save(tmp_path / "t.npy", table)
+    code, stdout, err = run(["analyze", tmp_path / "t.npy", "-g", "line:16", "--positions", "0:16", "--json", *FAST], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["n_positions"] == 16
+    # a ground truth for the whole table is sliced alike
+    code, stdout, err = run(["analyze", tmp_path / "t.npy", "-g", "line:32", "--positions", "8:24", "--json", *FAST], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["n_positions"] == 16
+
+
+def test_hf_folder_picks_float_table_over_position_ids(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 16}))
+    save_file({"embeddings.position_embeddings.weight": torch.tensor(sinusoid_2d(4, 4, 16), dtype=torch.float32),
+               "embeddings.position_ids": torch.arange(16).unsqueeze(0),
+               "embeddings.word_embeddings.weight": torch.randn(30, 16)}, str(folder / "model.safetensors"))
+    code, stdout, err = run(["analyze", folder, "-g", "grid:4x4", "--json", *FAST], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["provenance"]["param"] == "embeddings.position_embeddings.weight"
+
+
+class Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("case", [
+    "missing", "n_mismatch", "nan", "few", "one_d", "three_d", "unknown_param", "bad_spec", "bad_csv",
+    "pickle", "bad_method", "bad_metric_option", "bad_positions",
+])
+def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys):
+    out = tmp_path / "out"
+    src = tmp_path / "t.npy"
+    np.save(src, np.random.default_rng(0).normal(size=(16, 8)))
+    gt = "grid:4x4"
+    extra: list[str] = []
+    needles: tuple[str, ...] = ()
+    if case == "missing":
+        src, needles = tmp_path / "nope.npy", ("not found",)
+    elif case == "n_mismatch":
+        gt, needles = "grid:3x3", ("9 positions", "16")
+    elif case == "nan":
+        a = np.ones((16, 8)); a[3, 2] = np.nan; np.save(src, a); needles = ("nan",)
+    elif case == "few":
+        np.save(src, np.ones((3, 8))); gt = "line:3"; needles = ("at least 4",)
+    elif case == "one_d":
+        np.save(src, np.arange(16.0)); needles = ("shape (16,)", "2-D")
+    elif case == "three_d":
+        src = tmp_path / "t3.pt"; torch.save({"pos": torch.randn(2, 16, 8, 3)}, src); extra = ["--param", "pos"]
+    elif case == "unknown_param":
+        src = tmp_path / "sd.pt"
+        torch.save({"wpe.weight": torch.randn(16, 8), "wte.weight": torch.randn(30, 8)}, src)
+        extra, needles = ["--param", "nope"], ("wpe.weight",)
+    elif case == "bad_spec":
+        gt, needles = "grid:4x", ("grid:HxW",)
+    elif case == "bad_csv":
+        src = tmp_path / "t.csv"
+        src.write_text("1,2,3\n4,five,6\n" + "\n".join("1,2,3" for _ in range(14)) + "\n")
+        needles = ("line 2",)
+    elif case == "pickle":
+        src = tmp_path / "evil.pt"
+        marker = tmp_path / "pwned"
+        with open(src, "wb") as fh:
+            pickle.dump({"w": Evil(marker)}, fh)
+        needles = ("refused",)
+    elif case == "bad_method":
+        extra, needles = ["--methods", "pca,tsne"], ("tsne",)
+    elif case == "bad_metric_option":
+        extra, needles = ["--pe-metric", "manhattan"], ("manhattan",)
+    elif case == "bad_positions":
+        extra, needles = ["--positions", "10:2"], ("positions",)
+    code, _, err = run(["analyze", src, "-g", gt, "--out", out, *extra, *FAST], capsys)
+    assert_input_error(code, err, *needles)
+    assert not out.exists()
+    assert not list(tmp_path.glob(".out.staging-*"))
+    if case == "pickle":
+        assert not (tmp_path / "pwned").exists()
+
+
+def test_refuses_foreign_output_folder_unless_force(tmp_path, sin_npy, capsys):
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", "--out", out, "--no-figures", *FAST], capsys)
+    assert_input_error(code, err, "--force")
+    assert (out / "thesis.tex").read_text() == "precious"
+    code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", "--out", out, "--no-figures", "--force", *FAST], capsys)
+    assert code == 0, err
+    assert (out / "metrics.json").exists() and not (out / "thesis.tex").exists()
+    # our own folder is replaced without --force
+    code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", "--out", out, "--no-figures", *FAST], capsys)
+    assert code == 0, err
+
+
+def test_console_script_bad_input_has_no_traceback(tmp_path):
+    exe = Path(sys.executable).parent / "pe-probe"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pe_probe.cli"]
+    proc = subprocess.run(cmd + ["analyze", str(tmp_path / "missing.npy"), "-g", "line:8"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    help_proc = subprocess.run(cmd + ["analyze", "--help"], capture_output=True, text=True, timeout=120)
+    assert help_proc.returncode == 0 and "--ground-truth" in help_proc.stdout and "examples:" in help_proc.stdout
