@@ -1,0 +1,206 @@
+"""Compare the identifiability of many PE tables: across a sweep (``by`` a config key) or along training.
+
+`compare` analyses every source (checkpoint, raw table, or run folder), writes one tidy row per source
+to ``OUT/compare.csv``, draws the relations (metrics vs ``by``, identifiability vs generalization,
+metrics over steps and a trajectory page for a single run folder) and an ``index.html``.
+
+The output folder is written completely or not at all (`pe_probe.output.staged_dir`): everything goes
+into a staging folder beside ``OUT`` that is renamed into place at the end; on any failure it is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from pe_probe.errors import InputError
+
+_STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
+TRAJECTORY_METHODS = ("cmds", "pca", "smacof", "umap")  # deterministic methods first
+
+
+@dataclass
+class _Source:
+    path: Path
+    label: str
+
+
+def _is_run_folder(path: Path) -> bool:
+    return path.is_dir() and ((path / "last.pt").is_file() or (path / "checkpoints").is_dir())
+
+
+def _step_checkpoints(run: Path) -> list[Path]:
+    found = []
+    ckpt_dir = run / "checkpoints"
+    if ckpt_dir.is_dir():
+        for p in ckpt_dir.iterdir():
+            m = _STEP_FILE.match(p.name)
+            if m and p.is_file():
+                found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source], bool]:
+    """Resolve run folders to checkpoints. Returns (sources, is_trajectory).
+
+    A run folder becomes its ``last.pt`` (or its latest ``step-*.pt``); when it is the only source it
+    becomes all its ``checkpoints/step-*.pt`` in step order (a training trajectory).
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    paths = [Path(s) for s in sources]
+    if not paths:
+        raise InputError("compare needs at least one source: give checkpoints, tables or run folders")
+    for p in paths:
+        if not p.exists():
+            raise InputError(f"source not found: {p}; check the path")
+    if len(paths) == 1 and _is_run_folder(paths[0]):
+        steps = _step_checkpoints(paths[0])
+        if not steps:
+            raise InputError(f"run folder {paths[0]} has no checkpoints/step-*.pt; train with checkpoints, or pass last.pt")
+        return [_Source(p, f"{paths[0].name}/{p.stem}") for p in steps], True
+    out = []
+    for p in paths:
+        if _is_run_folder(p):
+            last = p / "last.pt"
+            target = last if last.is_file() else (_step_checkpoints(p) or [None])[-1]
+            if target is None:
+                raise InputError(f"run folder {p} has neither last.pt nor checkpoints/step-*.pt; pass a checkpoint file")
+            out.append(_Source(target, p.name))
+        else:
+            out.append(_Source(p, p.stem if p.is_file() else p.name))
+    labels = [s.label for s in out]
+    if len(set(labels)) < len(labels):  # make labels unique with their full paths
+        out = [_Source(s.path, str(s.path)) for s in out]
+    return out, False
+
+
+def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> flat dict with keys joined by dots (``{"pe": {"init_std": 0.2}}`` -> ``pe.init_std``)."""
+    out: dict[str, Any] = {}
+    if isinstance(config, dict):
+        for k, v in config.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                out.update(flatten(v, key))
+            elif isinstance(v, (list, tuple)):
+                out[key] = "x".join(str(x) for x in v) if all(isinstance(x, (int, float)) for x in v) else str(list(v))
+            else:
+                out[key] = v
+    return out
+
+
+def result_row(result, source: _Source) -> dict[str, Any]:
+    """One tidy row: source, label, step, every metric, config keys (dotted), eval.* checkpoint metrics."""
+    prov = result.provenance or {}
+    row: dict[str, Any] = {"source": str(source.path), "label": source.label, "step": prov.get("step")}
+    row.update({k: float(v) for k, v in result.metrics.items()})
+    for k, v in flatten(prov.get("config") or {}).items():
+        row[k if k not in row else f"config.{k}"] = v
+    for k, v in (prov.get("checkpoint_metrics") or {}).items():
+        try:
+            row[f"eval.{k}"] = float(v)
+        except (TypeError, ValueError):
+            row[f"eval.{k}"] = v
+    return row
+
+
+def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
+    """Load and analyse one source with the package's public loader."""
+    from pe_probe.api import analyze_source
+
+    return analyze_source(path, ground_truth, **analyze_kwargs)
+
+
+def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, by: str | None = None,
+            ground_truth=None, analyze_kwargs: dict | None = None, force: bool = False, progress: bool = True,
+            formats: Sequence[str] = ("png", "pdf")):
+    """Analyse each source and write a comparison report to ``out_dir``; return the tidy per-source frame.
+
+    Parameters
+    ----------
+    sources : checkpoints, raw tables or run folders. One run folder alone means its whole trajectory.
+    out_dir : output folder (written atomically; see module docstring).
+    by : column to group by, usually a dotted config key such as ``pe.init_std``; means and 95% CIs
+        are taken over the models sharing a value (seeds, repeats).
+    ground_truth : passed to the analysis (needed for raw tables; our checkpoints carry their own).
+    analyze_kwargs : extra keyword arguments of `pe_probe.api.analyze_source` (methods, n_perm, seed, ...).
+    force : replace a non-empty folder that is not a previous pe-probe output.
+    progress : show a tqdm bar (only when stderr is a terminal).
+    formats : static figure formats.
+
+    Raises `InputError` (one line) for sources with different numbers of positions or ground truths,
+    an unknown ``by`` key, or an unusable output folder.
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from pe_probe.output import check_out_dir, staged_dir
+
+    out_dir = check_out_dir(out_dir, force)  # refuse before any work
+    expanded, trajectory = expand_sources(sources)
+    kwargs = dict(analyze_kwargs or {})
+
+    rows: list[dict[str, Any]] = []
+    traj_embeddings: list[np.ndarray] = []
+    traj_method: str | None = None
+    first = None  # (label, n, coords) of the first source
+    bar = tqdm(expanded, desc="compare", unit="source", disable=not progress or not sys.stderr.isatty())
+    for src in bar:
+        result = _analyze_one(src.path, ground_truth, kwargs)
+        n, coords = result.n_positions, np.asarray(result.coords, dtype=np.float64)
+        if first is None:
+            first = (src.label, n, coords)
+        elif n != first[1]:
+            raise InputError(f"sources have different numbers of positions: {first[0]} has {first[1]}, {src.label} has {n}; "
+                             f"compare tables of the same size (use --positions to slice)")
+        elif coords.shape != first[2].shape or not np.allclose(coords, first[2]):
+            raise InputError(f"sources have different ground truths: {first[0]} and {src.label} disagree; "
+                             f"compare models trained on the same positions or pass one ground truth")
+        row = result_row(result, src)
+        if by is not None and by not in row:
+            keys = sorted(k for k in row if "." in k and not k.startswith("eval."))
+            raise InputError(f"--by key {by!r} not found in {src.label}; available config keys: {', '.join(keys[:30]) or 'none'}")
+        rows.append(row)
+        if trajectory:
+            if traj_method is None:
+                traj_method = next((m for m in TRAJECTORY_METHODS if m in result.raw_embeddings),
+                                   next(iter(result.raw_embeddings), None))
+            if traj_method is not None:
+                traj_embeddings.append(np.asarray(result.raw_embeddings[traj_method], dtype=np.float64))
+        del result
+    frame = pd.DataFrame(rows)
+    if trajectory and frame["step"].isna().any():
+        frame["step"] = frame["step"].fillna(pd.Series(range(len(frame)), dtype=float))
+
+    with staged_dir(out_dir, force) as staging:  # renamed into place only if everything was written
+        _write_outputs(staging, frame, by=by, trajectory=trajectory, formats=formats,
+                       traj=(traj_method, traj_embeddings, first[2] if first else None))
+    return frame
+
+
+def _write_outputs(folder: Path, frame, *, by: str | None, trajectory: bool, formats: Sequence[str], traj) -> None:
+    from pe_probe.report.compare_figures import write_compare_figures
+    from pe_probe.report.compare_index import write_compare_index
+
+    frame.to_csv(folder / "compare.csv", index=False, float_format="%.6g")
+    figures_dir = folder / "figures"
+    written, corr = write_compare_figures(frame, figures_dir, by=by, trajectory=trajectory, formats=formats)
+    corr.to_csv(folder / "correlations.csv", index=False, float_format="%.6g")
+    method, embeddings, coords = traj
+    if trajectory and method is not None and embeddings:
+        from pe_probe.report.trajectory import write_trajectory
+
+        steps = [int(s) for s in frame["step"]]
+        titles = [f"step {s}: RSA {r:.3f}" if np.isfinite(r) else f"step {s}"
+                  for s, r in zip(steps, frame.get("rsa_spearman", [np.nan] * len(steps)))]
+        write_trajectory(steps, embeddings, coords, folder / "trajectory.html", method=method, titles=titles)
+    names = [p.stem for p in written if p.suffix == ".csv"]
+    image = next((f for f in formats if f in ("png", "svg")), formats[0])
+    write_compare_index(folder, frame, corr, names, by=by, trajectory=trajectory, image_format=image)

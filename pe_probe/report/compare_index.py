@@ -1,0 +1,79 @@
+"""The comparison's front page: what was compared, the correlations in words, figures, links."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Sequence
+
+CSS = """body{font-family:Arial,Helvetica,sans-serif;max-width:62em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
+table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}td,th{border-bottom:1px solid #ddd;padding:0.25em 0.5em;text-align:left}
+figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:0.9em;color:#444}"""
+
+CAPTIONS = {
+    "metrics_vs": "Identifiability metrics against {by}: dots are single models, the line is the mean with a 95% "
+                  "t-interval over models (seeds/repeats) at each value.",
+    "identifiability_vs_generalization": "Generalization against each identifiability metric, one dot per model; "
+                                         "the title gives the Spearman rank correlation across models.",
+    "metrics_over_steps": "Identifiability metrics at each saved training step.",
+}
+
+
+def _strength(rho: float) -> str:
+    a = abs(rho)
+    return "very strong" if a >= 0.8 else "strong" if a >= 0.6 else "moderate" if a >= 0.4 else "weak"
+
+
+def correlation_sentence(row) -> str:
+    """'rsa_spearman falls as noise rises (Spearman ρ = -0.98, p = 1e-6, n = 12): a very strong monotone relation.'"""
+    rho, p, n = row["spearman_rho"], row["p_value"], int(row["n"])
+    if not (isinstance(rho, float) and math.isfinite(rho)):
+        return f"{row['y']} vs {row['x']}: correlation undefined (n = {n} or a constant column)."
+    direction = "rises" if rho > 0 else "falls"
+    return (f"{row['y']} {direction} as {row['x']} rises (Spearman ρ = {rho:.2f}, p = {p:.2g}, n = {n}): "
+            f"a {_strength(rho)} monotone relation.")
+
+
+def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str], *, by: str | None,
+                        trajectory: bool, image_format: str = "png") -> Path:
+    """Write ``out_dir/index.html`` of a comparison."""
+    out_dir = Path(out_dir)
+    shown = [c for c in ("label", "step", by, "rsa_spearman", "probe_r2") if c and c in frame.columns]
+    shown += [c for c in frame.columns if str(c).startswith("recovery_") and str(c).endswith("_r2")]
+    shown += [c for c in frame.columns if str(c).startswith("eval.")][:3]
+    shown = list(dict.fromkeys(shown))
+
+    def cell(v) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown)
+    body = "\n".join("<tr>" + "".join(f"<td>{cell(r[c])}</td>" for c in shown) + "</tr>"
+                     for _, r in frame.head(200).iterrows())
+    sentences = "\n".join(f"<li>{html.escape(correlation_sentence(r))}</li>" for _, r in corr.iterrows())
+    figs = []
+    for name in figure_names:
+        key = "metrics_vs" if name.startswith("metrics_vs_") else name
+        cap = CAPTIONS.get(key, name).format(by=by or "source")
+        figs.append(f'<figure id="fig-{name}"><img src="figures/{name}.{image_format}" alt="{name}"><figcaption>'
+                    f'{html.escape(cap)} (<a href="figures/{name}.csv">data (CSV)</a>)</figcaption></figure>')
+    links = ['<li><a href="compare.csv">compare.csv</a>: one row per model, every metric, config keys, eval.* metrics</li>',
+             '<li><a href="correlations.csv">correlations.csv</a>: Spearman correlations shown below</li>']
+    if trajectory:
+        links.append('<li><a href="trajectory.html">trajectory.html</a>: recovered layout over training (slider)</li>')
+    what = "one training run, checkpoint by checkpoint" if trajectory else f"{len(frame)} models"
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>pe-probe comparison</title><style>{CSS}</style></head>
+<body><h1>pe-probe comparison</h1>
+<p>Identifiability of the positional encoding across {html.escape(what)}{f", grouped by <code>{html.escape(by)}</code>" if by else ""}.</p>
+<h2>Relations</h2><ul>{sentences or "<li>No correlations could be computed (too few models or no numeric grouping key).</li>"}</ul>
+<h2>Files</h2><ul>{"".join(links)}</ul>
+<h2>Figures</h2>{"".join(figs)}
+<h2>Models</h2><table><tr>{head}</tr>
+{body}
+</table>
+</body></html>
+"""
+    path = out_dir / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path

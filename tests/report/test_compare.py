@@ -1,0 +1,189 @@
+"""compare(): tidy table, relations with their Spearman correlations, trajectories, and all-or-nothing output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pe_probe.compare import compare, expand_sources, flatten
+from pe_probe.errors import InputError
+from pe_probe.report.trajectory import chain_align
+
+from .conftest import grid_coords, write_checkpoint
+
+FAST = {"methods": ("pca", "cmds"), "n_perm": 19, "n_boot": 0}
+NOISES = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+def planted(n_side: int, noise: float, seed: int, d: int = 12) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    g = grid_coords(n_side, n_side)
+    return g @ rng.normal(size=(2, d)) + noise * rng.normal(size=(len(g), d))
+
+
+@pytest.fixture
+def noise_sweep(tmp_path):
+    """10 checkpoints on grid 6x6: 5 noise levels x 2 seeds; 'test_acc' falls with noise."""
+    g = grid_coords(6, 6)
+    paths = []
+    for noise in NOISES:
+        for seed in (0, 1):
+            p = tmp_path / "ckpts" / f"noise{noise}-seed{seed}.pt"
+            p.parent.mkdir(exist_ok=True)
+            write_checkpoint(p, planted(6, noise, seed), g, (6, 6), config={"data": {"noise": noise}, "seed": seed},
+                             metrics={"test_acc": 1.0 - noise / 5 + 0.01 * seed})
+            paths.append(p)
+    return paths
+
+
+def parent_is_clean(out) -> bool:
+    return not any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())
+
+
+def test_noise_sweep_relation_and_outputs(noise_sweep, tmp_path, analyze_source_available):
+    out = tmp_path / "cmp"
+    frame = compare(noise_sweep, out, by="data.noise", analyze_kwargs=FAST, progress=False, formats=("png",))
+    assert len(frame) == 10
+    csv = pd.read_csv(out / "compare.csv")
+    assert {"source", "label", "rsa_spearman", "recovery_cmds_r2", "data.noise", "seed", "eval.test_acc"} <= set(csv.columns)
+    corr = pd.read_csv(out / "correlations.csv")
+    rsa_vs_noise = corr[(corr.x == "data.noise") & (corr.y == "rsa_spearman")]["spearman_rho"].item()
+    assert rsa_vs_noise < -0.8
+    # mean RSA per noise level decreases monotonically, with a CI from the 2 seeds
+    summ = pd.read_csv(out / "figures" / "metrics_vs_data.noise.csv")
+    rsa = summ[summ.metric == "rsa_spearman"].sort_values("data.noise")
+    assert (np.diff(rsa["mean"].to_numpy()) < 0).all()
+    assert (rsa["n"] == 2).all() and (rsa["ci_low"] <= rsa["mean"]).all() and (rsa["mean"] <= rsa["ci_high"]).all()
+    # identifiability vs generalization: positive across models (less noise, higher both)
+    gen = corr[(corr.x == "rsa_spearman") & (corr.y == "eval.test_acc")]["spearman_rho"].item()
+    assert gen > 0.8
+    gcsv = pd.read_csv(out / "figures" / "identifiability_vs_generalization.csv")
+    assert {"label", "metric", "value", "eval.test_acc"} <= set(gcsv.columns)
+    for name in ("metrics_vs_data.noise", "identifiability_vs_generalization"):
+        assert (out / "figures" / f"{name}.png").is_file() and (out / "figures" / f"{name}.csv").is_file()
+    index = (out / "index.html").read_text()
+    assert "rsa_spearman falls as data.noise rises" in index
+    assert parent_is_clean(out)
+
+
+def test_different_n_refuses_and_leaves_nothing(tmp_path, analyze_source_available):
+    a = tmp_path / "a.pt"
+    b = tmp_path / "b.pt"
+    write_checkpoint(a, planted(6, 0.1, 0), grid_coords(6, 6), (6, 6), config={}, metrics={})
+    write_checkpoint(b, planted(7, 0.1, 0), grid_coords(7, 7), (7, 7), config={}, metrics={})
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match="different numbers of positions") as info:
+        compare([a, b], out, analyze_kwargs=FAST, progress=False)
+    assert "\n" not in str(info.value)
+    assert not out.exists() and parent_is_clean(out)
+
+
+def test_different_ground_truths_refused(tmp_path, analyze_source_available):
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    g = grid_coords(6, 6)
+    write_checkpoint(a, planted(6, 0.1, 0), g, (6, 6), config={}, metrics={})
+    write_checkpoint(b, planted(6, 0.1, 0), g[::-1].copy(), (6, 6), config={}, metrics={})
+    with pytest.raises(InputError, match="different ground truths"):
+        compare([a, b], tmp_path / "out", analyze_kwargs=FAST, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_failure_while_writing_leaves_no_folder(noise_sweep, tmp_path, monkeypatch, analyze_source_available):
+    import pe_probe.compare as cmp
+
+    def broken(folder, *args, **kwargs):
+        (folder / "compare.csv").write_text("partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(cmp, "_write_outputs", broken)
+    out = tmp_path / "cmp"
+    with pytest.raises(RuntimeError, match="disk full"):
+        compare(noise_sweep[:2], out, analyze_kwargs=FAST, progress=False)
+    assert not out.exists() and parent_is_clean(out)
+
+
+def test_output_folder_rules(noise_sweep, tmp_path, monkeypatch, analyze_source_available):
+    import pe_probe.compare as cmp
+
+    monkeypatch.setattr(cmp, "_write_outputs", lambda folder, frame, **kw: frame.to_csv(folder / "compare.csv"))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not written by pe-probe"):
+        compare(noise_sweep[:2], foreign, analyze_kwargs=FAST, progress=False)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    compare(noise_sweep[:2], foreign, analyze_kwargs=FAST, progress=False, force=True, formats=("png",))
+    assert (foreign / "compare.csv").is_file() and not (foreign / "notes.txt").exists()
+    # a previous pe-probe output is replaced without force
+    compare(noise_sweep[2:4], foreign, analyze_kwargs=FAST, progress=False, formats=("png",))
+    assert len(pd.read_csv(foreign / "compare.csv")) == 2 and parent_is_clean(foreign)
+
+
+def test_unknown_by_key_lists_available_keys(noise_sweep, tmp_path, analyze_source_available):
+    with pytest.raises(InputError, match="data.noise"):
+        compare(noise_sweep[:2], tmp_path / "o", by="pe.init_std", analyze_kwargs=FAST, progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def _run_folder(tmp_path, n_steps=5):
+    """A run folder whose PE goes from noise to a rotated/reflected grid, with a random rotation per step."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    g = grid_coords(5, 5)
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(2, 10))
+    noise = rng.normal(size=(25, 10))
+    for s in range(n_steps):
+        q, _ = np.linalg.qr(rng.normal(size=(10, 10)))  # the table's basis changes: embeddings may flip
+        t = ((s / (n_steps - 1)) * g @ base + (1 - s / (n_steps - 1)) * 3 * noise) @ q
+        write_checkpoint(run / "checkpoints" / f"step-{s * 100:08d}.pt", t, g, (5, 5), config={"seed": 0},
+                         metrics={"test_acc": s / n_steps}, step=s * 100)
+    (run / "last.pt").write_bytes((run / "checkpoints" / f"step-{(n_steps - 1) * 100:08d}.pt").read_bytes())
+    return run
+
+
+def test_single_run_folder_is_a_trajectory(tmp_path, analyze_source_available):
+    run = _run_folder(tmp_path)
+    srcs, traj = expand_sources([run])
+    assert traj and [s.path.name for s in srcs] == [f"step-{s * 100:08d}.pt" for s in range(5)]
+    out = tmp_path / "traj"
+    frame = compare([run], out, analyze_kwargs=FAST, progress=False, formats=("png",))
+    assert frame["step"].tolist() == [0, 100, 200, 300, 400]
+    steps = pd.read_csv(out / "figures" / "metrics_over_steps.csv")
+    assert {"step", "metric", "value"} <= set(steps.columns)
+    rsa = steps[steps.metric == "rsa_spearman"].sort_values("step")["value"].to_numpy()
+    assert rsa[-1] > rsa[0]
+    page = (out / "trajectory.html").read_text()
+    assert 'data-frames="5"' in page and "sliders" in page
+    # two run folders: each becomes its last.pt, no trajectory
+    srcs2, traj2 = expand_sources([run, run])
+    assert not traj2 and all(s.path.name == "last.pt" for s in srcs2)
+
+
+def test_chain_align_removes_flips():
+    rng = np.random.default_rng(3)
+    base = grid_coords(4, 4) + 0.05 * rng.normal(size=(16, 2))
+    frames = []
+    for t in range(6):
+        q, _ = np.linalg.qr(rng.normal(size=(2, 2)))  # random rotation or reflection per frame
+        frames.append((base + 0.01 * t) @ q * (1 + t) + rng.normal(size=2))
+    aligned = chain_align(frames, grid_coords(4, 4))
+    for a, b in zip(aligned, aligned[1:]):
+        assert np.abs(a - b).max() < 0.2  # consecutive frames coincide: no flip, no jump
+    ref = grid_coords(4, 4)
+    radius = np.sqrt(((ref - ref.mean(0)) ** 2).sum(1).mean())
+    for a in aligned:  # every frame keeps the true layout's size: the chain does not shrink
+        assert np.sqrt(((a - a.mean(0)) ** 2).sum(1).mean()) == pytest.approx(radius)
+    unaligned_jump = max(np.abs(a - b).max() for a, b in zip(frames, frames[1:]))
+    assert unaligned_jump > 1.0
+
+
+def test_flatten_joins_keys_with_dots():
+    assert flatten({"pe": {"init_std": 0.2, "kind": "learned"}, "seed": 3, "grid": [4, 4]}) == {
+        "pe.init_std": 0.2, "pe.kind": "learned", "seed": 3, "grid": "4x4"}
+
+
+def test_missing_source_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        expand_sources([tmp_path / "nope.pt"])

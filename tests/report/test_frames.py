@@ -1,0 +1,79 @@
+"""The tidy frames behind the figures: index arithmetic, block averaging, ordering, bounded sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist, squareform
+
+from pe_probe.report import frames as fr
+
+from .conftest import grid_coords, hand_result
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 50, 301])
+def test_condensed_to_pairs_matches_scipy_order(n):
+    i_ref, j_ref = np.triu_indices(n, 1)
+    i, j = fr.condensed_to_pairs(np.arange(n * (n - 1) // 2), n)
+    np.testing.assert_array_equal(i, i_ref)
+    np.testing.assert_array_equal(j, j_ref)
+
+
+def test_block_average_matches_brute_force():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(23, 3))
+    d = pdist(x)
+    order = rng.permutation(23)
+    edges = fr.block_edges(23, 5)
+    got = fr.block_average(d, order, edges)
+    sq = squareform(d)[np.ix_(order, order)]
+    for a in range(5):
+        for b in range(5):
+            blk = sq[edges[a]:edges[a + 1], edges[b]:edges[b + 1]]
+            assert got[a, b] == pytest.approx(blk.mean(), rel=1e-5)
+    # one block per position: the reordered matrix itself
+    np.testing.assert_allclose(fr.block_average(d, order, fr.block_edges(23, 100)), sq, rtol=1e-6)
+
+
+def test_shared_order_identity_for_row_major_grid_and_sorts_shuffled_coords():
+    g = grid_coords(4, 5)
+    np.testing.assert_array_equal(fr.shared_order(g), np.arange(20))
+    perm = np.random.default_rng(1).permutation(20)
+    assert np.array_equal(g[perm][fr.shared_order(g[perm])], g)
+
+
+def test_rdm_frame_replots_to_the_distance_matrices(sinusoid_result):
+    frame = fr.rdm_frame(sinusoid_result)
+    pe = frame[frame.matrix == "pe"].pivot(index="row", columns="col", values="value").to_numpy()
+    true = frame[frame.matrix == "true"].pivot(index="row", columns="col", values="value").to_numpy()
+    np.testing.assert_allclose(pe, squareform(sinusoid_result.pe_distances), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(true, squareform(sinusoid_result.gt_distances), rtol=1e-5, atol=1e-6)
+
+
+def test_rdm_frame_is_bounded_for_large_n():
+    rng = np.random.default_rng(0)
+    g = grid_coords(20, 25)
+    r = hand_result(g @ rng.normal(size=(2, 8)), g, shape=(20, 25))
+    frame = fr.rdm_frame(r)
+    assert frame["row"].max() + 1 <= fr.STATIC_RDM_MAX_CELLS
+    assert frame["block_size"].iloc[0] > 1
+    # block means of the true RDM still increase away from the diagonal on average
+    t = frame[frame.matrix == "true"].pivot(index="row", columns="col", values="value").to_numpy()
+    assert t[0, 1] < t[0, -1]
+
+
+def test_shepard_frame_subsamples_consistently(sinusoid_result):
+    full = fr.shepard_frame(sinusoid_result)
+    assert len(full) == 64 * 63 // 2 and not full["subsampled"].any()
+    sub = fr.shepard_frame(sinusoid_result, max_pairs=500, seed=3)
+    assert len(sub) == 500 and sub["subsampled"].all()
+    c = sinusoid_result.coords
+    np.testing.assert_allclose(sub["true_distance"], np.linalg.norm(c[sub["i"]] - c[sub["j"]], axis=1))
+
+
+def test_pc_grid_frame_only_for_2d_grids(sinusoid_result, cube_result, line_result):
+    pcs = fr.pc_grid_frame(sinusoid_result)
+    assert set(pcs.columns) >= {"component", "row", "col", "score", "explained"}
+    assert pcs.groupby("component").size().eq(64).all()
+    assert fr.pc_grid_frame(cube_result) is None
+    assert fr.pc_grid_frame(line_result) is None

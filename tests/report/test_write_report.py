@@ -1,0 +1,117 @@
+"""write_report: the files of DESIGN.md section 5 (minus the lead's data files), each figure with its CSV."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pe_probe.errors import InputError
+from pe_probe.report import write_report
+
+EXPECTED_CSV_COLUMNS = {
+    "rdm": {"matrix", "row", "col", "value"},
+    "shepard": {"i", "j", "true_distance", "pe_distance"},
+    "layout": {"method", "position", "true_0", "true_1", "recovered_0", "recovered_1"},
+    "spectrum": {"component", "ratio", "cumulative"},
+    "pc_grid": {"component", "position", "row", "col", "score"},
+}
+
+
+@pytest.fixture(scope="module")
+def sinusoid_report(tmp_path_factory):
+    from .conftest import grid_coords, hand_result, sinusoid_2d
+
+    r = hand_result(sinusoid_2d(8, 8, 64), grid_coords(8, 8), shape=(8, 8), spec="grid:8x8")
+    out = tmp_path_factory.mktemp("report")
+    return r, out, write_report(r, out)
+
+
+def test_every_figure_has_png_pdf_and_a_replottable_csv(sinusoid_report):
+    r, out, written = sinusoid_report
+    figs = out / "figures"
+    for name, cols in EXPECTED_CSV_COLUMNS.items():
+        for ext in ("png", "pdf", "csv"):
+            assert (figs / f"{name}.{ext}").is_file(), f"{name}.{ext} missing"
+        frame = pd.read_csv(figs / f"{name}.csv")
+        assert cols <= set(frame.columns), f"{name}.csv lacks {cols - set(frame.columns)}"
+        assert len(frame) > 0
+    # the layout CSV re-creates the recovered coordinates of the result
+    lay = pd.read_csv(figs / "layout.csv")
+    pca = lay[lay.method == "pca"].sort_values("position")
+    np.testing.assert_allclose(pca[["recovered_0", "recovered_1"]].to_numpy(), r.embeddings["pca"], rtol=1e-5, atol=1e-5)
+    assert set(written) >= {figs / "rdm.png", out / "interactive.html", out / "index.html"}
+
+
+def test_does_not_write_the_leads_data_files(sinusoid_report):
+    _, out, _ = sinusoid_report
+    for name in ("metrics.json", "metrics.csv", "embedding.csv"):
+        assert not (out / name).exists()
+
+
+def test_pdf_embeds_truetype_fonts(sinusoid_report):
+    _, out, _ = sinusoid_report
+    pdf = (out / "figures" / "shepard.pdf").read_bytes()
+    assert b"/FontFile2" in pdf  # TrueType program embedded (pdf.fonttype 42)
+    assert b"/Subtype /Type3" not in pdf
+
+
+def test_index_links_are_relative_and_metrics_are_read_in_words(sinusoid_report):
+    r, out, _ = sinusoid_report
+    page = (out / "index.html").read_text()
+    hrefs = re.findall(r'(?:href|src)="([^"]+)"', page)
+    for target in ("metrics.json", "metrics.csv", "embedding.csv", "interactive.html", "figures/rdm.png"):
+        assert target in hrefs
+    assert all(not h.startswith(("/", "http:", "https:", "file:")) for h in hrefs)
+    r2 = r.metrics["recovery_pca_r2"]
+    assert f"explains {100 * r2:.0f}% of the variance of the true layout" in page
+    assert "no random relabelling of positions (out of 999)" in page  # p = 0.001 = 1 / (1 + 999)
+    assert f"{r.metrics['null_rsa_mean']:.2f} ± {r.metrics['null_rsa_sd']:.2f}" in page
+    for h in hrefs:  # every local link points to a file that exists (data files aside: the lead writes them)
+        if h.startswith("figures/") or h == "interactive.html":
+            assert (out / h).is_file(), h
+
+
+def test_three_d_and_line_ground_truths(cube_result, line_result, tmp_path):
+    w3 = write_report(cube_result, tmp_path / "cube", formats=("png",))
+    assert (tmp_path / "cube" / "figures" / "layout.png") in w3
+    assert not (tmp_path / "cube" / "figures" / "pc_grid.png").exists()
+    assert "Scatter3d".lower() in (tmp_path / "cube" / "interactive.html").read_text().lower() or \
+        '"type":"scatter3d"' in (tmp_path / "cube" / "interactive.html").read_text()
+    lay = pd.read_csv(tmp_path / "cube" / "figures" / "layout.csv")
+    assert {"true_2", "recovered_2"} <= set(lay.columns)
+    write_report(line_result, tmp_path / "line", formats=("png",), interactive=False)
+    assert (tmp_path / "line" / "figures" / "layout.png").is_file()
+    assert not (tmp_path / "line" / "interactive.html").exists()
+    assert "interactive.html" not in (tmp_path / "line" / "index.html").read_text()
+
+
+def test_unknown_format_is_an_input_error(sinusoid_result, tmp_path):
+    with pytest.raises(InputError, match="unknown figure format"):
+        write_report(sinusoid_result, tmp_path, formats=("bmp",))
+
+
+@pytest.mark.slow
+def test_large_n_is_bounded(tmp_path):
+    """N = 4096 (64x64 grid): report in bounded time, interactive page under 5 MiB with a block-averaged heatmap."""
+    import time
+
+    from .conftest import grid_coords, hand_result
+
+    rng = np.random.default_rng(0)
+    g = grid_coords(64, 64)
+    r = hand_result(g @ rng.normal(size=(2, 32)) + 0.3 * rng.normal(size=(4096, 32)), g, shape=(64, 64),
+                    spec="grid:64x64", methods=("pca", "cmds", "smacof"))
+    t0 = time.perf_counter()
+    write_report(r, tmp_path, formats=("png",))
+    elapsed = time.perf_counter() - t0
+    size = (tmp_path / "interactive.html").stat().st_size
+    assert size < 5 * 1024 * 1024, f"interactive.html is {size / 1e6:.2f} MB"
+    page = (tmp_path / "interactive.html").read_text()
+    assert 'id="block-note"' in page and "block-averaged" in page
+    assert elapsed < 60, elapsed
+    rdm = pd.read_csv(tmp_path / "figures" / "rdm.csv")
+    assert rdm["row"].max() < 128
+    assert len(pd.read_csv(tmp_path / "figures" / "shepard.csv")) <= 20_000
