@@ -142,7 +142,7 @@ def _fmt(v) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+        return f"{v:.4g}" if abs(v) >= 1e-4 or v == 0 else f"{v:.2e}"
     return str(v)
 
 
