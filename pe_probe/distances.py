@@ -24,6 +24,7 @@ def square_distances(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
         xc = x - x.mean(axis=0)  # centring reduces cancellation in |a|^2 + |b|^2 - 2ab
         sq = np.einsum("ij,ij->i", xc, xc)
         d2 = sq[:, None] + sq[None, :] - 2.0 * (xc @ xc.T)
+        _refine_close_pairs(xc, sq, d2)
         np.maximum(d2, 0.0, out=d2)
         d = np.sqrt(d2, out=d2)
     elif metric in ("cosine", "correlation"):
@@ -38,6 +39,55 @@ def square_distances(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     np.fill_diagonal(d, 0.0)
     d = 0.5 * (d + d.T)
     return d
+
+
+def _refine_close_pairs(xc: np.ndarray, sq: np.ndarray, d2: np.ndarray, rel: float = 1e-4,
+                       chunk: int = 1024, batch: int = 65536) -> None:
+    """Recompute, from explicit differences, the squared distances of nearly coincident rows.
+
+    |a|^2 + |b|^2 - 2ab loses ~eps * (|a|^2 + |b|^2) absolutely, so when d2 is small relative to
+    |a|^2 + |b|^2 (near-duplicate rows) the Gram value is inaccurate (and can come out as 0 for
+    distinct rows). Such pairs, d2 < rel * (|a|^2 + |b|^2), are recomputed as sum((a - b)^2);
+    every other pair then has a relative error below ~1e-12.
+    """
+    n = len(sq)
+    for s in range(0, n, chunk):
+        blk = d2[s:s + chunk]
+        ii, jj = np.nonzero(blk < rel * (sq[s:s + chunk, None] + sq[None, :]))
+        ii = ii + s
+        keep = ii < jj
+        ii, jj = ii[keep], jj[keep]
+        for t in range(0, len(ii), batch):
+            i, j = ii[t:t + batch], jj[t:t + batch]
+            diff = xc[i] - xc[j]
+            v = np.einsum("ij,ij->i", diff, diff)
+            d2[i, j] = v
+            d2[j, i] = v
+
+
+def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0) -> np.ndarray:
+    """Copy of ``v`` in which values that differ only by floating-point rounding are made equal.
+
+    Distances that are equal in exact arithmetic (a grid's ground truth, a sinusoid table) come out
+    a few ulps apart once the coordinates are scaled, translated or rotated; ranks and tie groups
+    (Spearman, Kendall, Mantel, bootstrap) would then depend on rounding. Sorted values whose gap
+    is <= max(rtol * max|v|, atol) are put in one group, which takes the group's smallest value.
+    Cosine / correlation distances (1 - u.v, absolute rounding error ~1e-16 on a 0..2 scale) need
+    ``atol``: a table whose rows all point one way has distances that are pure rounding noise.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    if v.size < 2:
+        return v.copy()
+    order = np.argsort(v, kind="stable")
+    vs = v[order]
+    scale = float(np.max(np.abs(vs)))
+    new = np.empty(len(vs), dtype=bool)
+    new[0] = True
+    new[1:] = np.diff(vs) > max(rtol * scale, atol)
+    starts = np.flatnonzero(new)
+    out = np.empty_like(v)
+    out[order] = vs[starts][np.cumsum(new) - 1]
+    return out
 
 
 def condensed(square: np.ndarray) -> np.ndarray:

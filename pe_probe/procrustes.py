@@ -46,7 +46,9 @@ def procrustes_align(embedding: np.ndarray, coords: np.ndarray, *, allow_reflect
         s[-1] *= -1
         reflection = False
     rotation = u @ vt
-    trace = float(s.sum())
+    # With reflections forbidden and k = 1 the trace can be negative; the best non-negative scale is
+    # then 0 (a negative scale would be a reflection), so r2 = max(trace, 0)^2, as in `protest`.
+    trace = max(0.0, float(s.sum()))
     r2 = max(0.0, min(1.0, trace ** 2))
     scale = (trace * norm_g / norm_x) if norm_x > 0 else 0.0
     aligned = scale * (X - mean_x) @ rotation + mean_g

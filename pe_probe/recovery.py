@@ -53,27 +53,21 @@ def cmds_embed(square_dist: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
 def smacof_embed(square_dist: np.ndarray, init: np.ndarray, *, max_iter: int = 300, eps: float = 1e-6) -> tuple[np.ndarray, int]:
     """Metric SMACOF from ``init``; stops when the relative stress decrease falls below ``eps``.
 
-    Returns (coordinates, iterations used).
+    Each Guttman transform X <- B(X) X / n runs in one compiled pass over the distance matrix
+    (no N x N temporaries). Returns (coordinates, iterations used).
     """
-    delta = square_dist
-    n = delta.shape[0]
-    x = init.astype(np.float64, copy=True)
-    iu = np.triu_indices(n, 1) if n <= 512 else None
+    from .kernels import guttman_step
+
+    delta = np.ascontiguousarray(square_dist, dtype=np.float64)
+    x = np.asarray(init, dtype=np.float64)
     prev = np.inf
     it = 0
     for it in range(1, max_iter + 1):
-        sq = np.einsum("ij,ij->i", x, x)
-        d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2 * x @ x.T, 0))
-        np.fill_diagonal(d, 0)
-        stress = 0.5 * float(np.sum((d - delta) ** 2)) if iu is None else float(np.sum((d[iu] - delta[iu]) ** 2))
-        if prev - stress < eps * max(prev, 1e-300) and it > 1:
+        x_new, stress = guttman_step(x, delta)  # stress of x (before the step)
+        if it > 1 and prev - stress < eps * max(prev, 1e-300):
             break
         prev = stress
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(d > 0, delta / d, 0.0)
-        bmat = -ratio
-        np.fill_diagonal(bmat, ratio.sum(axis=1))
-        x = bmat @ x / n  # Guttman transform
+        x = x_new
     return x, it
 
 

@@ -135,9 +135,11 @@ class RankCache:
         self.n_groups = int(self.gid_sorted[-1]) + 1
         self.gid_of_pair = np.empty_like(self.gid_sorted)
         self.gid_of_pair[self.order] = self.gid_sorted
+        self.group_starts = np.append(np.flatnonzero(new), len(vs)).astype(np.int64)
         iu, ju = np.triu_indices(n, 1)
-        self.i_sorted = iu[self.order].astype(np.int32)
-        self.j_sorted = ju[self.order].astype(np.int32)
+        small = np.int16 if n < 32768 else np.int32
+        self.i_sorted = iu[self.order].astype(small)
+        self.j_sorted = ju[self.order].astype(small)
 
 
 @dataclass

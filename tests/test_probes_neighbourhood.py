@@ -1,0 +1,148 @@
+"""Linear probe, trustworthiness / kNN overlap (against scikit-learn and brute force), and the spectrum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist, squareform
+from scipy.stats import ortho_group
+
+from pe_probe.groundtruth import grid
+from pe_probe.neighbourhood import default_k, neighbourhood_metrics
+from pe_probe.probes import probe_r2
+from pe_probe.spectrum import explained_variance_ratio, participation_ratio
+
+
+# ---------------------------------------------------------------- neighbourhoods
+
+def _brute(emb, coords, k):
+    """Trustworthiness and kNN overlap from the definitions (loops; ties in the ground truth shared)."""
+    n = len(coords)
+    dg, de = squareform(pdist(coords)), squareform(pdist(emb))
+    penalty = overlap = 0.0
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        emb_nn = sorted(others, key=lambda j: de[i, j])[:k]
+        for j in emb_nn:
+            r = 1 + sum(1 for m in others if dg[i, m] < dg[i, j] - 1e-12)
+            penalty += max(0, r - k)
+            overlap += (r <= k) / k
+    return 1 - 2.0 / (n * k * (2 * n - 3 * k - 1)) * penalty, overlap / n
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_trustworthiness_matches_sklearn_without_ties(seed, k):
+    from sklearn.manifold import trustworthiness
+
+    rng = np.random.default_rng(seed)
+    coords = rng.normal(size=(40, 2))
+    emb = coords @ rng.normal(size=(2, 2)) + 0.6 * rng.normal(size=(40, 2))
+    t, o = neighbourhood_metrics(emb, coords, k)
+    assert t == pytest.approx(trustworthiness(coords, emb, n_neighbors=k), abs=1e-12)
+    bt, bo = _brute(emb, coords, k)
+    assert t == pytest.approx(bt, abs=1e-12) and o == pytest.approx(bo, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_grid_with_ties_brute_force_and_relabelling(seed):
+    rng = np.random.default_rng(seed)
+    g = grid(6, 7).coords
+    emb = g @ rng.normal(size=(2, 2)) + 0.4 * rng.normal(size=(42, 2))
+    k = default_k(42)
+    t, o = neighbourhood_metrics(emb, g)
+    bt, bo = _brute(emb, g, k)
+    assert t == pytest.approx(bt, abs=1e-12) and o == pytest.approx(bo, abs=1e-12)
+    for _ in range(3):
+        p = rng.permutation(42)
+        t2, o2 = neighbourhood_metrics(emb[p], g[p])
+        assert t2 == pytest.approx(t, abs=1e-12) and o2 == pytest.approx(o, abs=1e-12)
+    # invariant to similarity transforms of either configuration
+    q = ortho_group.rvs(2, random_state=seed)
+    t3, o3 = neighbourhood_metrics(3 * emb @ q + 1, 0.5 * g - 2)
+    assert t3 == pytest.approx(t, abs=1e-12) and o3 == pytest.approx(o, abs=1e-12)
+
+
+def test_perfect_and_random_embeddings():
+    g = grid(8, 8).coords
+    rng = np.random.default_rng(0)
+    t, o = neighbourhood_metrics(g + 1e-6 * rng.normal(size=g.shape), g)
+    assert t == pytest.approx(1.0) and o == pytest.approx(1.0)
+    ts, os_ = zip(*(neighbourhood_metrics(rng.normal(size=(64, 2)), g) for _ in range(5)))
+    assert np.mean(ts) < 0.7 and np.mean(os_) < 0.3
+    assert default_k(64) == 5 and default_k(6) == 2 and default_k(4) == 1
+
+
+# ---------------------------------------------------------------- probe
+
+@pytest.mark.parametrize("h,w", [(5, 6), (8, 8)])  # leave-one-out (N < 50) and 5-fold
+def test_probe_planted_and_noise(h, w):
+    rng = np.random.default_rng(h)
+    g = grid(h, w).coords
+    n = h * w
+    planted = g @ rng.normal(size=(2, 32)) + 0.05 * rng.normal(size=(n, 32))
+    r = probe_r2(planted, g)
+    assert r > 0.98
+    # invariant to rotation, translation and scale of the table (same folds)
+    q = ortho_group.rvs(32, random_state=1)
+    assert probe_r2(7 * planted @ q - 3, g) == pytest.approx(r, abs=1e-6)
+    noise = [probe_r2(rng.normal(size=(n, 32)), g, seed=s) for s in range(3)]
+    assert max(noise) < 0.25 and np.mean(noise) < 0.1
+
+
+def _ridge_gcv_reference(x, y, alphas):
+    """Ridge with intercept, penalty by generalised cross-validation, from explicit hat matrices."""
+    n, d = x.shape
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    best = None
+    for a in alphas:
+        inv = np.linalg.solve(xc.T @ xc + a * np.eye(d), np.eye(d))
+        hat = xc @ inv @ xc.T + np.ones((n, n)) / n  # + intercept
+        rss = np.sum((y - hat @ y) ** 2)
+        tr = np.trace(hat)
+        if tr >= n:
+            continue
+        gcv = rss / (n * (1 - tr / n) ** 2)
+        if best is None or gcv < best[0]:
+            best = (gcv, a)
+    coef = np.linalg.solve(xc.T @ xc + best[1] * np.eye(d), xc.T @ yc)
+    return coef, y.mean(0) - x.mean(0) @ coef
+
+
+@pytest.mark.parametrize("n", [20, 60])  # leave-one-out, 5-fold
+def test_probe_r2_by_hand(n):
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=(n, 2))
+    x = np.hstack([g, rng.normal(size=(n, 3))]) + 0.3 * rng.normal(size=(n, 5)) + 4
+    xs = x - x.mean(0)
+    xs = xs / np.sqrt(np.mean(xs ** 2))
+    alphas = np.logspace(-4, 4, 17)
+    if n < 50:
+        folds = [np.array([i]) for i in range(n)]
+    else:  # the documented shuffled 5-fold split
+        folds = np.array_split(np.random.default_rng(11).permutation(n), 5)
+    pred = np.empty_like(g)
+    for test in folds:
+        tr = np.setdiff1d(np.arange(n), test)
+        coef, b = _ridge_gcv_reference(xs[tr], g[tr], alphas)
+        pred[test] = xs[test] @ coef + b
+    ref = np.mean(1 - ((g - pred) ** 2).sum(0) / ((g - g.mean(0)) ** 2).sum(0))
+    assert probe_r2(x, g, seed=11) == pytest.approx(ref, abs=1e-10)
+    assert 0.5 < ref < 1
+
+
+# ---------------------------------------------------------------- spectrum
+
+def test_spectrum_by_hand():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 6)) * [4, 2, 1, 1, 0.5, 0.1]
+    xc = x - x.mean(0)
+    lam = np.linalg.eigvalsh(np.cov(xc.T))[::-1]
+    sv = np.linalg.svd(xc, compute_uv=False)
+    np.testing.assert_allclose(explained_variance_ratio(sv), lam / lam.sum(), rtol=1e-10)
+    assert participation_ratio(sv) == pytest.approx(lam.sum() ** 2 / np.sum(lam ** 2), rel=1e-10)
+    # isotropic m-dim data: PR = m; rank one: PR = 1; scale-free
+    assert participation_ratio(np.ones(7)) == pytest.approx(7)
+    assert participation_ratio(np.array([3.0, 0, 0])) == pytest.approx(1)
+    assert participation_ratio(10 * sv) == pytest.approx(participation_ratio(sv), rel=1e-12)
+    assert participation_ratio(np.zeros(3)) == 0.0

@@ -1,0 +1,136 @@
+"""Embeddings: PCA, classical MDS (against a full eigendecomposition), SMACOF (against scikit-learn)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist, squareform
+
+from pe_probe import distances as dist
+from pe_probe.groundtruth import grid
+from pe_probe.procrustes import procrustes_align
+from pe_probe.recovery import cmds_embed, pca_embed, smacof_embed
+
+
+def _table(n, d, seed, spread=(5.0, 3.0, 1.5)):
+    """Random table with a few distinct dominant axes (distinct eigenvalues, so eigenvectors are unique)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    x[:, : len(spread)] *= spread
+    return x @ np.linalg.qr(rng.normal(size=(d, d)))[0] + rng.normal(size=d)
+
+
+def _cmds_brute(square, k):
+    n = len(square)
+    j = np.eye(n) - np.ones((n, n)) / n
+    b = -0.5 * j @ (square ** 2) @ j
+    vals, vecs = np.linalg.eigh(b)
+    vals, vecs = vals[::-1][:k], vecs[:, ::-1][:, :k]
+    return vecs * np.sqrt(np.clip(vals, 0, None)), vals
+
+
+def _match_signs(a, b):
+    s = np.sign(np.sum(a * b, axis=0))
+    return a * s
+
+
+@pytest.mark.parametrize("n,d,k", [(12, 5, 2), (50, 8, 3), (201, 20, 2), (230, 10, 3)])
+def test_cmds_matches_full_eigh(n, d, k):
+    x = _table(n, d, seed=n)
+    sq = squareform(pdist(x))
+    got, vals = cmds_embed(sq, k)
+    ref, ref_vals = _cmds_brute(sq, k)
+    np.testing.assert_allclose(vals, ref_vals, rtol=1e-9)
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(_match_signs(got, ref), ref, atol=1e-8 * scale)
+    # deterministic sign: largest |entry| of each axis positive
+    idx = np.argmax(np.abs(got), axis=0)
+    assert np.all(got[idx, np.arange(k)] > 0)
+
+
+def test_cmds_equals_pca_for_euclidean():
+    for seed, (n, d) in enumerate([(30, 6), (64, 64), (210, 12)]):
+        x = _table(n, d, seed)
+        pca, sv = pca_embed(x, 2)
+        cm, vals = cmds_embed(dist.square_distances(x), 2)
+        np.testing.assert_allclose(vals, sv[:2] ** 2, rtol=1e-9)  # B's eigenvalues = squared singular values
+        np.testing.assert_allclose(_match_signs(cm, pca), pca, atol=1e-8 * np.abs(pca).max())
+        g = grid(5, 6).coords if n == 30 else np.random.default_rng(seed).normal(size=(n, 2))
+        assert procrustes_align(cm, g).r2 == pytest.approx(procrustes_align(pca, g).r2, abs=1e-10)
+
+
+def test_cmds_small_and_non_euclidean():
+    # k >= N - 1 pads with zeros; a non-Euclidean (cosine) matrix has negative eigenvalues, clipped
+    x = _table(4, 3, seed=1)
+    out, _ = cmds_embed(dist.square_distances(x), 5)
+    assert out.shape == (4, 5) and np.all(out[:, 3:] == 0)
+    sq = dist.square_distances(np.random.default_rng(2).normal(size=(30, 5)), "cosine")
+    out, vals = cmds_embed(sq, 3)
+    np.testing.assert_allclose(vals, _cmds_brute(sq, 3)[1], rtol=1e-9)
+
+
+def test_pca_by_hand():
+    x = _table(40, 7, seed=3)
+    scores, sv = pca_embed(x, 3)
+    xc = x - x.mean(0)
+    vals, vecs = np.linalg.eigh(xc.T @ xc)
+    np.testing.assert_allclose(np.sort(sv ** 2)[::-1], vals[::-1], rtol=1e-9)
+    ref = xc @ vecs[:, ::-1][:, :3]
+    np.testing.assert_allclose(_match_signs(scores, ref), ref, atol=1e-9)
+    assert pca_embed(x[:, :2], 3)[0].shape == (40, 3)
+
+
+def _raw_stress(x, sq):
+    return float(np.sum((pdist(x) - squareform(sq, checks=False)) ** 2))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_smacof_improves_on_cmds_and_matches_sklearn(metric):
+    from sklearn.manifold import smacof
+
+    rng = np.random.default_rng(0)
+    g = grid(6, 6).coords
+    table = np.tanh(g @ rng.normal(size=(2, 16)) / 3) + 0.1 * rng.normal(size=(36, 16))  # curved image of the grid
+    sq = dist.square_distances(table, metric)
+    init, _ = cmds_embed(sq, 2)
+    s0 = _raw_stress(init, sq)
+    # stress never increases along the iterations
+    prev = s0
+    for it in (1, 2, 3, 5, 10, 30):
+        x, _ = smacof_embed(sq, init, max_iter=it, eps=0)
+        s = _raw_stress(x, sq)
+        assert s <= prev + 1e-12
+        prev = s
+    ours, n_iter = smacof_embed(sq, init)
+    s_ours = _raw_stress(ours, sq)
+    assert s_ours < s0 and n_iter >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = smacof(sq, metric=True, n_components=2, init=init, n_init=1, max_iter=300, eps=1e-6,
+                     normalized_stress=False)[0]
+    s_ref = _raw_stress(ref, sq)
+    assert abs(s_ours - s_ref) <= 0.05 * s_ref + 1e-12, (s_ours, s_ref)
+    assert procrustes_align(ours, ref).r2 > 0.99
+
+
+def test_smacof_fixed_point_for_exact_distances():
+    x = np.random.default_rng(5).normal(size=(20, 2))
+    sq = squareform(pdist(x))
+    out, it = smacof_embed(sq, x - x.mean(0))
+    assert it <= 2
+    np.testing.assert_allclose(out, x - x.mean(0), atol=1e-10)
+
+
+@pytest.mark.slow
+def test_umap_embed_recovers_grid():
+    from pe_probe.recovery import umap_embed
+
+    rng = np.random.default_rng(0)
+    g = grid(8, 8).coords
+    table = g @ rng.normal(size=(2, 16)) + 0.05 * rng.normal(size=(64, 16))
+    emb = umap_embed(table, 2, seed=0)
+    assert emb.shape == (64, 2) and np.isfinite(emb).all()
+    np.testing.assert_array_equal(emb, umap_embed(table, 2, seed=0))  # seeded
+    assert procrustes_align(emb, g).r2 > 0.5
