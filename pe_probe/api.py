@@ -88,6 +88,90 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
     return analyze(loaded.table, gt, provenance=prov, **analyze_kwargs)
 
 
+VIEWS = ("raw", "q", "k", "qk", "kernel", "attention")
+
+
+def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, param: str | None = None,
+                 layer: int | str | None = None, positions: str | tuple[int, int] | None = None,
+                 drop_extra_tokens: int | None = None, attention_reference: str | None = None,
+                 n_puzzles: int = 500, **analyze_kwargs: Any) -> list[AnalysisResult]:
+    """Analyse a *view* of the PE: what the model reads from its table, not only the table.
+
+    - ``raw``: the table (same as `analyze_source`).
+    - ``q`` / ``k`` / ``qk``: the table as the first attention layer that reads it sees it (blank-token
+      embedding + P, the layer norm before attention if any, then W_Q / W_K); see `pe_probe.views`.
+    - ``kernel``: the positional attention kernel softmax(QK^T / sqrt(d_head)), averaged over heads;
+      each row (a position's attention profile) is analysed as that position's code. Adds the metric
+      ``kernel_distance_rho`` (Spearman of the symmetrised kernel with minus the true distance).
+    - ``attention``: attention maps of our checkpoints on task data, averaged over puzzles (needs the
+      trainer); with ``attention_reference`` (another checkpoint, e.g. the 2D-sinusoid model) adds
+      ``attention_similarity``, the cosine similarity of the two maps (the study's measure).
+    Returns one result per table the view yields (one per layer for ``layer="all"``).
+    """
+    from .io import load_state
+    from .validation import check_choice
+
+    view = check_choice(str(view).lower(), VIEWS, "--view")
+    if view == "raw":
+        layers = list(range(n_layers(source, param))) if layer == "all" else [layer]
+        return [analyze_source(source, ground_truth, param=param, layer=lay, positions=positions,
+                               drop_extra_tokens=drop_extra_tokens, **analyze_kwargs) for lay in layers]
+    state, meta = load_state(source)
+    base_prov = {"source": str(source), "sha256": meta.get("sha256"), "source_kind": meta.get("source_kind"),
+                 "config": meta.get("config"), "checkpoint_metrics": meta.get("metrics"), "step": meta.get("step")}
+    items: list[tuple[str, np.ndarray, dict]] = []
+    if view == "attention":
+        if meta.get("source_kind") != "pe-probe-checkpoint":
+            raise InputError(f"--view attention needs one of our checkpoints (it runs the model on task data); "
+                             f"{source} is a {meta.get('source_kind')}")
+        from trainers.attention import attention_maps, attention_similarity
+
+        maps = attention_maps(source, n_puzzles=n_puzzles, seed=int(analyze_kwargs.get("seed", 0)))
+        sims = None
+        if attention_reference:
+            sims = attention_similarity(maps, attention_maps(attention_reference, n_puzzles=n_puzzles,
+                                                             seed=int(analyze_kwargs.get("seed", 0))))
+        chosen = range(len(maps)) if layer == "all" else None
+        if layer == "mean":
+            items.append(("attention:mean", maps.mean(0), {"view": "attention", "layer": "mean",
+                          "attention_similarity": float(np.mean(sims)) if sims is not None else None}))
+        else:
+            idx = list(chosen) if chosen is not None else [0 if layer is None else int(layer)]
+            for i in idx:
+                if not 0 <= i < len(maps):
+                    raise InputError(f"--layer {i} out of range: the model has {len(maps)} attention layers")
+                items.append((f"attention:layer{i}", maps[i], {"view": "attention", "layer": i,
+                              "attention_similarity": float(sims[i]) if sims is not None else None}))
+    else:
+        from .views import view_tables
+
+        items = view_tables(state, meta, view, layer=layer, pe_param=param, positions=positions,
+                            drop_extra_tokens=drop_extra_tokens)
+    results = []
+    for label, table, info in items:
+        gt = meta.get("ground_truth")
+        if view == "attention" or positions is None:
+            gt = _resolve_ground_truth(gt, ground_truth, len(table), None, len(table))
+        else:
+            from .io import _parse_positions
+
+            full = len(table) if gt is None else gt.n
+            span = _parse_positions(positions, full)
+            if gt is not None and gt.n != len(table):
+                gt = gt.rows(*span)
+            gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
+        prov = dict(base_prov, param=label, layer=info.get("layer"), view=info)
+        res = analyze(table, gt, provenance=prov, **analyze_kwargs)
+        if view == "kernel":
+            from .views import kernel_distance_correlation
+
+            res.metrics["kernel_distance_rho"] = kernel_distance_correlation(table, res.coords)
+        if info.get("attention_similarity") is not None:
+            res.metrics["attention_similarity"] = info["attention_similarity"]
+        results.append(res)
+    return results
+
+
 def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
     """How many per-layer PE tables ``source`` holds (1 for most models)."""
     if str(source).startswith(BUILTIN_PREFIX):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -80,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of the table (e.g. 0:128)")
     a.add_argument("--drop-extra-tokens", type=_nonneg_int, metavar="K", help="leading rows to drop (ViT CLS tokens "
                    "are detected automatically; 0 keeps every row)")
+    a.add_argument("--view", default="raw", choices=("raw", "q", "k", "qk", "kernel", "attention"),
+                   help="what to analyse: raw = the table (default); q/k/qk = the table as the first attention "
+                   "layer reading it sees it (after its layer norm, through W_Q/W_K); kernel = the positional "
+                   "attention kernel softmax(QK^T/sqrt(d)); attention = attention maps on task data averaged "
+                   "over puzzles (our checkpoints)")
+    a.add_argument("--attention-reference", metavar="CKPT", help="with --view attention: a reference checkpoint "
+                   "(e.g. the 2D-sinusoid model) for the cosine similarity of attention maps")
     a.add_argument("--out", "-o", metavar="DIR", help="report folder (metrics.json, metrics.csv, embedding.csv, "
                    "figures/, interactive.html, index.html); nothing is written without it")
     a.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
@@ -175,6 +183,10 @@ def format_summary(result, title: str = "") -> str:
         ("MDS stress-1", m["mds_stress"], "Kruskal, classical MDS in k dims"),
         ("participation ratio", m["participation_ratio"], f"top-k PCs explain {_fmt(m['explained_variance'])} of variance"),
     ]
+    if "kernel_distance_rho" in m:
+        rows.append(("kernel vs -distance", m["kernel_distance_rho"], "Spearman: attends to near positions when high"))
+    if "attention_similarity" in m:
+        rows.append(("attention similarity", m["attention_similarity"], "cosine with the reference model's maps"))
     if "ref_shape_distance" in m:
         rows.append(("shape distance to ref", m["ref_shape_distance"], f"radians; unnormalised Procrustes "
                      f"{_fmt(m.get('ref_procrustes_distance'))}"))
@@ -193,16 +205,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,
                   seed=args.seed, reference=args.reference, allow_reflection=not args.no_reflection,
                   n_null=args.n_null, neighbours=args.neighbours, progress=not args.quiet and not args.json)
+    from .api import analyze_view
+
     load = dict(param=args.param, positions=args.positions, drop_extra_tokens=args.drop_extra_tokens)
-    layers = [args.layer]
-    if args.layer == "all":
-        layers = list(range(n_layers(args.source, args.param)))
-    results = []
-    for layer in layers:
-        res = analyze_source(args.source, args.ground_truth, layer=layer, **load, **kwargs)
-        results.append((layer, res))
-    if args.out:
+    if args.view == "raw":
+        layers = [args.layer]
         if args.layer == "all":
+            layers = list(range(n_layers(args.source, args.param)))
+        results = [(layer, analyze_source(args.source, args.ground_truth, layer=layer, **load, **kwargs))
+                   for layer in layers]
+    else:
+        res_list = analyze_view(args.source, args.view, args.ground_truth, layer=args.layer,
+                                attention_reference=args.attention_reference, **load, **kwargs)
+        results = [(r.provenance.get("layer"), r) for r in res_list]
+    multi = len(results) > 1 or args.layer == "all"
+    if args.out:
+        if multi:
             from .output import staged_dir
 
             with staged_dir(args.out, args.force) as stage:
@@ -212,10 +230,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             write_analysis(results[0][1], args.out, force=args.force, figures=not args.no_figures)
     if args.json:
         docs = [metrics_document(r) for _, r in results]
-        print(json.dumps(docs if args.layer == "all" else docs[0], indent=2, allow_nan=False))
+        print(json.dumps(docs if multi else docs[0], indent=2, allow_nan=False))
     else:
         for layer, res in results:
-            title = f"== layer {layer} ==" if args.layer == "all" else ""
+            title = f"== layer {layer} ({args.view}) ==" if multi else ""
             print(format_summary(res, title))
         if args.out:
             print(f"\nreport written to {args.out}/" + ("" if args.no_figures else "index.html"))
@@ -251,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else "bad input"
         sys.stderr.write(f"pe-probe: error: {msg}\n")
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: not an error
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write("pe-probe: interrupted\n")
         return 130

@@ -210,3 +210,32 @@ def test_console_script_bad_input_has_no_traceback(tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     help_proc = subprocess.run(cmd + ["analyze", "--help"], capture_output=True, text=True, timeout=120)
     assert help_proc.returncode == 0 and "--ground-truth" in help_proc.stdout and "examples:" in help_proc.stdout
+
+
+def test_view_kernel_and_qk_on_bert_folder(tmp_path, capsys):
+    """--view reads the table through the first attention layer (here identity projections)."""
+    from safetensors.torch import save_file
+
+    d = 16
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "num_attention_heads": 2}))
+    pe = torch.tensor(sinusoid_2d(4, 4, d), dtype=torch.float32)
+    save_file({"embeddings.position_embeddings.weight": pe,
+               "embeddings.token_type_embeddings.weight": torch.zeros(2, d),
+               "embeddings.LayerNorm.weight": torch.ones(d), "embeddings.LayerNorm.bias": torch.zeros(d),
+               "encoder.layer.0.attention.self.query.weight": torch.eye(d),
+               "encoder.layer.0.attention.self.query.bias": torch.zeros(d),
+               "encoder.layer.0.attention.self.key.weight": torch.eye(d),
+               "encoder.layer.0.attention.self.key.bias": torch.zeros(d)}, str(folder / "model.safetensors"))
+    code, stdout, err = run(["analyze", folder, "-g", "grid:4x4", "--view", "kernel", "--json", *FAST], capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert doc["provenance"]["view"]["view"] == "kernel"
+    assert doc["pe_dim"] == 16 and "kernel_distance_rho" in doc
+    assert doc["kernel_distance_rho"] > 0.3  # a sinusoid's self-similarity kernel favours near positions
+    code, stdout, err = run(["analyze", folder, "-g", "grid:4x4", "--view", "qk", "--json", *FAST], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["pe_dim"] == 2 * d
+    code, _, err = run(["analyze", folder, "-g", "grid:4x4", "--view", "attention", *FAST], capsys)
+    assert_input_error(code, err, "attention")

@@ -1,0 +1,342 @@
+"""Views of a PE table (raw, q, k, qk, kernel) on planted BERT-, GPT-2- and pe-probe-style states."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pe_probe.errors import InputError
+from pe_probe.groundtruth import grid
+from pe_probe.io import load_table
+from pe_probe.views import VIEWS, kernel_distance_correlation, view_tables
+
+N, D = 16, 8
+
+
+def softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def layer_norm(x, w, b, eps):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+
+def normalised_rows(rng, n=N, d=D):
+    """Rows with mean 0 and variance 1, so a LayerNorm with weight 1, bias 0 leaves them as they are."""
+    p = rng.normal(size=(n, d))
+    p -= p.mean(1, keepdims=True)
+    return p / p.std(1, keepdims=True)
+
+
+def bert_state(P, *, wq=None, wk=None, bq=None, bk=None, ln_w=None, ln_b=None, tt0=None, prefix="bert."):
+    d = P.shape[1]
+    tt = np.zeros((2, d))
+    if tt0 is not None:
+        tt[0] = tt0
+    att = prefix + "encoder.layer.0.attention.self."
+    return {
+        prefix + "embeddings.position_embeddings.weight": P,
+        prefix + "embeddings.token_type_embeddings.weight": tt,
+        prefix + "embeddings.word_embeddings.weight": np.ones((30, d)),
+        prefix + "embeddings.LayerNorm.weight": np.ones(d) if ln_w is None else ln_w,
+        prefix + "embeddings.LayerNorm.bias": np.zeros(d) if ln_b is None else ln_b,
+        att + "query.weight": np.eye(d) if wq is None else wq,
+        att + "query.bias": np.zeros(d) if bq is None else bq,
+        att + "key.weight": np.eye(d) if wk is None else wk,
+        att + "key.bias": np.zeros(d) if bk is None else bk,
+        att + "value.weight": np.eye(d),
+        att + "value.bias": np.zeros(d),
+    }
+
+
+def bert_meta(heads):
+    return {"config": {"model_type": "bert", "num_attention_heads": heads, "layer_norm_eps": 1e-12},
+            "ground_truth": None}
+
+
+def one(views):
+    assert len(views) == 1
+    return views[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# BERT-style
+
+
+def test_bert_identity_maps_give_the_hand_computed_kernel_and_qk(rng):
+    P = normalised_rows(rng)
+    state, meta = bert_state(P), bert_meta(1)
+    label, A, info = one(view_tables(state, meta, "kernel"))
+    assert A.shape == (N, N)
+    np.testing.assert_allclose(A, softmax(P @ P.T / math.sqrt(D)), atol=1e-9)
+    np.testing.assert_allclose(A.sum(1), 1.0)
+    assert info["architecture"] == "bert" and info["n_heads"] == 1 and info["d_head"] == D
+    assert info["scale"] == pytest.approx(1 / math.sqrt(D)) and info["causal"] is False
+    assert label == "bert.embeddings.position_embeddings.weight:kernel"
+    q = one(view_tables(state, meta, "q"))[1]
+    k = one(view_tables(state, meta, "k"))[1]
+    qk = one(view_tables(state, meta, "qk"))[1]
+    np.testing.assert_allclose(q, P, atol=1e-9)
+    np.testing.assert_allclose(k, P, atol=1e-9)
+    assert qk.shape == (N, 2 * D)
+    np.testing.assert_allclose(qk, np.hstack([q, k]))
+
+
+def test_bert_kernel_averages_per_head_kernels(rng):
+    P = normalised_rows(rng)
+    state = bert_state(P)
+    views = view_tables(state, bert_meta(2), "kernel")
+    A = one(views)[1]
+    h = D // 2
+    per = [softmax(P[:, s] @ P[:, s].T / math.sqrt(h)) for s in (slice(0, h), slice(h, D))]
+    np.testing.assert_allclose(A, (per[0] + per[1]) / 2, atol=1e-9)
+    # the head average is not the single-head kernel of the whole table
+    assert not np.allclose(A, softmax(P @ P.T / math.sqrt(D)), atol=1e-3)
+    heads = view_tables(state, bert_meta(2), "kernel", per_head=True)
+    assert [i["head"] for _, _, i in heads] == [0, 1]
+    for (label, Ah, info), expected in zip(heads, per):
+        np.testing.assert_allclose(Ah, expected, atol=1e-9)
+        assert label.endswith(f":head{info['head']}")
+    q_heads = view_tables(state, bert_meta(2), "q", per_head=True)
+    assert [t.shape for _, t, _ in q_heads] == [(N, h), (N, h)]
+    np.testing.assert_allclose(q_heads[1][1], P[:, h:], atol=1e-9)
+    assert one(view_tables(state, bert_meta(2), "qk", per_head=True)[:1])[1].shape == (N, 2 * h)
+
+
+def test_bert_token_type_layer_norm_and_projection_orientation(rng):
+    P = rng.normal(size=(N, D)) * 2 + 0.5  # not normalised: the LayerNorm matters
+    wq, wk = rng.normal(size=(D, D)), rng.normal(size=(D, D))  # torch Linear: (out, in)
+    bq, bk = rng.normal(size=D), rng.normal(size=D)
+    ln_w, ln_b, tt0 = rng.normal(size=D), rng.normal(size=D), rng.normal(size=D)
+    state = bert_state(P, wq=wq, wk=wk, bq=bq, bk=bk, ln_w=ln_w, ln_b=ln_b, tt0=tt0, prefix="")
+    meta = bert_meta(2)
+    x = layer_norm(P + tt0, ln_w, ln_b, 1e-12)
+    q_exp, k_exp = x @ wq.T + bq, x @ wk.T + bk
+    _, q, info = one(view_tables(state, meta, "q"))
+    np.testing.assert_allclose(q, q_exp, atol=1e-9)
+    np.testing.assert_allclose(one(view_tables(state, meta, "k"))[1], k_exp, atol=1e-9)
+    assert "embeddings.token_type_embeddings.weight" in info["tensors"]
+    assert "LayerNorm" in info["input"]
+    h = D // 2
+    A = one(view_tables(state, meta, "kernel"))[1]
+    exp = np.mean([softmax(q_exp[:, s] @ k_exp[:, s].T / math.sqrt(h)) for s in (slice(0, h), slice(h, D))], 0)
+    np.testing.assert_allclose(A, exp, atol=1e-9)
+
+
+def test_positions_slice_before_the_softmax(rng):
+    P = normalised_rows(rng)
+    state, meta = bert_state(P), bert_meta(1)
+    _, A, info = one(view_tables(state, meta, "kernel", positions="0:8"))
+    np.testing.assert_allclose(A, softmax(P[:8] @ P[:8].T / math.sqrt(D)), atol=1e-9)
+    assert info["positions"] == [0, 8]
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPT-2-style
+
+
+def gpt2_state(P, w, b, ln_w, ln_b, prefix="transformer."):
+    d = P.shape[1]
+    return {
+        prefix + "wpe.weight": P,
+        prefix + "wte.weight": np.ones((50, d)),
+        prefix + "h.0.ln_1.weight": ln_w,
+        prefix + "h.0.ln_1.bias": ln_b,
+        prefix + "h.0.attn.c_attn.weight": w,  # Conv1D: (d, 3d), x @ W + b
+        prefix + "h.0.attn.c_attn.bias": b,
+        prefix + "h.0.attn.c_proj.weight": np.eye(d),
+    }
+
+
+def test_gpt2_conv1d_split_layer_norm_and_causal_kernel(rng):
+    P = rng.normal(size=(N, D))
+    w, b = rng.normal(size=(D, 3 * D)), rng.normal(size=3 * D)
+    ln_w, ln_b = rng.normal(size=D), rng.normal(size=D)
+    state = gpt2_state(P, w, b, ln_w, ln_b)
+    meta = {"config": {"model_type": "gpt2", "n_head": 2, "layer_norm_epsilon": 1e-5}, "ground_truth": None}
+    x = layer_norm(P, ln_w, ln_b, 1e-5)
+    qkv = x @ w + b
+    q_exp, k_exp = qkv[:, :D], qkv[:, D : 2 * D]
+    label, q, info = one(view_tables(state, meta, "q"))
+    np.testing.assert_allclose(q, q_exp, atol=1e-9)
+    np.testing.assert_allclose(one(view_tables(state, meta, "k"))[1], k_exp, atol=1e-9)
+    assert info["architecture"] == "gpt2" and label == "transformer.wpe.weight:q"
+    _, A, kinfo = one(view_tables(state, meta, "kernel"))
+    assert kinfo["causal"] is True
+    assert np.all(np.triu(A, 1) == 0) and A[0, 0] == pytest.approx(1.0)
+    np.testing.assert_allclose(A.sum(1), 1.0)
+    h = D // 2
+    mask = np.triu(np.ones((N, N), bool), 1)
+    exp = []
+    for s in (slice(0, h), slice(h, D)):
+        logits = q_exp[:, s] @ k_exp[:, s].T / math.sqrt(h)
+        exp.append(softmax(np.where(mask, -np.inf, logits)))
+    np.testing.assert_allclose(A, np.mean(exp, 0), atol=1e-9)
+
+
+def test_gpt2_without_head_count_is_a_one_line_input_error(rng):
+    D3 = 3 * D
+    state = gpt2_state(rng.normal(size=(N, D)), rng.normal(size=(D, D3)), np.zeros(D3), np.ones(D), np.zeros(D), "")
+    with pytest.raises(InputError, match="n_head") as e:
+        view_tables(state, {"config": None}, "kernel")
+    assert "\n" not in str(e.value)
+    assert one(view_tables(state, {"config": None}, "raw"))[1].shape == (N, D)
+
+
+# ---------------------------------------------------------------------------------------------------
+# pe-probe checkpoints (planted, numpy only)
+
+
+def ours_state(rng, d=D, n_layers=2, every_layer=True, cls=False):
+    state = {"embed.weight": rng.normal(size=(d, 5)), "embed.bias": rng.normal(size=d)}
+    if every_layer:
+        for i in range(n_layers):
+            state[f"blocks.{i}.pe.table"] = rng.normal(size=(N, d))
+    else:
+        state["pe.table"] = rng.normal(size=(N, d))
+    for i in range(n_layers):
+        state[f"blocks.{i}.attn.qkv.weight"] = rng.normal(size=(3 * d, d))
+        state[f"blocks.{i}.attn.qkv.bias"] = rng.normal(size=3 * d)
+        state[f"blocks.{i}.ln1.weight"] = rng.normal(size=d)
+        state[f"blocks.{i}.ln1.bias"] = rng.normal(size=d)
+    if cls:
+        state["cls"] = rng.normal(size=(1, 1, d))
+    return state
+
+
+def ours_meta(state, norm="post", heads=2, readout="last"):
+    pe = [n for n in state if n.endswith("pe.table")]
+    return {"source_kind": "pe-probe-checkpoint", "pe_params": sorted(pe),
+            "config": {"model": {"n_heads": heads, "norm": norm, "readout": readout}},
+            "ground_truth": grid(4, 4)}
+
+
+def expected_ours(state, i, norm, with_embed):
+    P = state[f"blocks.{i}.pe.table"] if f"blocks.{i}.pe.table" in state else state["pe.table"]
+    x = P + state["embed.bias"] if with_embed else P
+    if norm == "pre":
+        x = layer_norm(x, state[f"blocks.{i}.ln1.weight"], state[f"blocks.{i}.ln1.bias"], 1e-5)
+    w, b = state[f"blocks.{i}.attn.qkv.weight"], state[f"blocks.{i}.attn.qkv.bias"]
+    return x @ w[:D].T + b[:D], x @ w[D : 2 * D].T + b[D : 2 * D]
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_ours_per_layer_tables_use_the_blank_embedding_only_at_layer_0(rng, norm):
+    state = ours_state(rng)
+    meta = ours_meta(state, norm)
+    views = view_tables(state, meta, "q", layer="all")
+    assert [(lab, i["layer"], i["block"]) for lab, _, i in views] == [
+        ("blocks.0.pe.table:q", 0, 0), ("blocks.1.pe.table:q", 1, 1)]
+    for i, (_, q, info) in enumerate(views):
+        np.testing.assert_allclose(q, expected_ours(state, i, norm, with_embed=i == 0)[0], atol=1e-9)
+        assert ("embed.bias" in info["tensors"]) == (i == 0)
+        assert ("ln1" in info["input"]) == (norm == "pre")
+    assert any("P_1 alone" in n for n in views[1][2]["notes"])
+    # layer=None: layer 0 with a note; "mean": the average of the per-layer views
+    _, q0, info0 = one(view_tables(state, meta, "q"))
+    np.testing.assert_allclose(q0, views[0][1])
+    assert any("layer 0" in n for n in info0["notes"])
+    _, qm, infom = one(view_tables(state, meta, "q", layer="mean"))
+    np.testing.assert_allclose(qm, (views[0][1] + views[1][1]) / 2)
+    assert infom["layer"] == "mean" and infom["block"] == [0, 1]
+    _, Am, _ = one(view_tables(state, meta, "kernel", layer="mean"))
+    np.testing.assert_allclose(Am.sum(1), 1.0)
+    _, A1, info1 = one(view_tables(state, meta, "kernel", layer=1))
+    q, k = expected_ours(state, 1, norm, with_embed=False)
+    h = D // 2
+    exp = np.mean([softmax(q[:, s] @ k[:, s].T / math.sqrt(h)) for s in (slice(0, h), slice(h, D))], 0)
+    np.testing.assert_allclose(A1, exp, atol=1e-9)
+    assert info1["kernel_distance_rho"] == pytest.approx(kernel_distance_correlation(A1, grid(4, 4).coords))
+
+
+def test_ours_input_table_and_cls_token(rng):
+    state = ours_state(rng, every_layer=False, cls=True)
+    meta = ours_meta(state, "pre", heads=1, readout="cls")
+    _, A, info = one(view_tables(state, meta, "kernel"))
+    q, k = expected_ours(state, 0, "pre", with_embed=True)
+    x_cls = layer_norm(state["cls"].reshape(1, D), state["blocks.0.ln1.weight"], state["blocks.0.ln1.bias"], 1e-5)
+    w, b = state["blocks.0.attn.qkv.weight"], state["blocks.0.attn.qkv.bias"]
+    k_cls = x_cls @ w[D : 2 * D].T + b[D : 2 * D]
+    full = softmax(q @ np.vstack([k_cls, k]).T / math.sqrt(D))  # (N, 1 + N), CLS key first
+    np.testing.assert_allclose(A, full[:, 1:] / full[:, 1:].sum(1, keepdims=True), atol=1e-9)
+    assert info["cls_attention_mass"] == pytest.approx(full[:, 0].mean())
+    assert 0 < info["cls_attention_mass"] < 1 and A.shape == (N, N)
+    assert one(view_tables(state, meta, "raw"))[1].shape == (N, D)
+
+
+def test_ours_without_config_says_what_is_missing(rng):
+    state = ours_state(rng, every_layer=False)
+    with pytest.raises(InputError, match="n_heads"):
+        view_tables(state, {"pe_params": ["pe.table"]}, "k")
+
+
+# ---------------------------------------------------------------------------------------------------
+# raw, errors, kernel_distance_correlation
+
+
+def test_raw_view_matches_load_table(tmp_path, rng):
+    state = ours_state(rng)
+    path = tmp_path / "state.npz"
+    np.savez(path, **state)
+    for layer in (0, 1, "mean"):
+        _, table, info = one(view_tables(state, {}, "raw", layer=layer))
+        np.testing.assert_array_equal(table, load_table(path, layer=layer).table)
+        assert info["view"] == "raw" and info["architecture"] is None
+    assert len(view_tables(state, {}, "raw", layer="all")) == 2
+
+
+def test_unknown_architecture_offers_raw_and_names_expected_tensors(rng):
+    state = {"encoder.pos_embed": rng.normal(size=(N, D)), "encoder.mixer.weight": rng.normal(size=(D, D))}
+    for view in ("q", "k", "qk", "kernel"):
+        with pytest.raises(InputError) as e:
+            view_tables(state, {}, view)
+        msg = str(e.value)
+        assert "\n" not in msg and "raw" in msg and "position_embeddings.weight" in msg and "c_attn" in msg
+    np.testing.assert_array_equal(one(view_tables(state, {}, "raw"))[1], state["encoder.pos_embed"])
+    with pytest.raises(InputError, match="unknown view"):
+        view_tables(state, {}, "values")
+    assert set(VIEWS) == {"raw", "q", "k", "qk", "kernel"}
+
+
+def test_width_mismatch_is_an_input_error(rng):
+    state = bert_state(normalised_rows(rng))
+    state["bert.embeddings.position_embeddings.weight"] = rng.normal(size=(N, D + 2))
+    with pytest.raises(InputError, match="width"):
+        view_tables(state, bert_meta(1), "q")
+
+
+def test_kernel_distance_correlation(rng):
+    coords = grid(4, 4).coords
+    dist = np.linalg.norm(coords[:, None] - coords[None], axis=-1)
+    near = np.exp(-dist)
+    assert kernel_distance_correlation(near, coords) == pytest.approx(1.0)
+    assert kernel_distance_correlation(np.exp(dist), coords) == pytest.approx(-1.0)
+    # an asymmetric kernel is symmetrised: only (A + A^T) / 2 counts
+    # (integers, so the symmetrised sum is exact and ties between equal distances stay ties)
+    close = 20.0 - dist**2  # exact integers on a grid
+    skew = np.triu(rng.integers(1, 5, size=(N, N)), 1).astype(float)
+    assert kernel_distance_correlation(close + skew - skew.T, coords) == pytest.approx(1.0)
+    assert kernel_distance_correlation(close + 100 * skew, coords) < 0.9  # a symmetric change does count
+    perm = rng.permutation(N)
+    assert abs(kernel_distance_correlation(near[perm][:, perm], coords)) < 0.5
+    assert math.isnan(kernel_distance_correlation(np.full((N, N), 1 / N), coords))
+    with pytest.raises(InputError):
+        kernel_distance_correlation(near[:, :5], coords)
+
+
+def test_a_2d_sinusoid_read_through_identity_maps_attends_to_near_cells():
+    coords = grid(4, 4).coords
+    freqs = np.array([1.0, 0.5])
+    ang = np.concatenate([coords[:, :1] * freqs, coords[:, 1:] * freqs], axis=1)  # (N, 4)
+    P = 3 * np.concatenate([np.sin(ang), np.cos(ang)], axis=1)  # (N, 8)
+    state = bert_state(P, ln_w=np.ones(D))
+    meta = dict(bert_meta(1), ground_truth=grid(4, 4))
+    _, A, info = one(view_tables(state, meta, "kernel"))
+    assert info["kernel_distance_rho"] > 0.5
+    rng = np.random.default_rng(1)
+    _, _, info_r = one(view_tables(bert_state(rng.normal(size=(N, D)) * 3), meta, "kernel"))
+    assert info_r["kernel_distance_rho"] < info["kernel_distance_rho"]
