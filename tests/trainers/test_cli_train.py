@@ -1,0 +1,159 @@
+"""`pe-probe train / evaluate / demo` command lines: options, validation, output."""
+
+import json
+
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from trainers.cli import config_from_args, evaluate_main, train_main, train_parser
+
+torch.set_num_threads(1)
+
+TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--epochs", "1", "--n-per-level", "12",
+        "--batch-size", "32", "--min-jaccard", "0.5"]
+
+
+def cfg_of(argv):
+    return config_from_args(train_parser().parse_args(["lst", "--out", "x", *argv]))
+
+
+def test_preset_values_apply_and_explicit_options_win():
+    quick = cfg_of([])
+    assert (quick.model.d_model, quick.optim.lr, quick.optim.epochs, quick.model.n_layers) == (64, 1e-3, 40, 4)
+    assert quick.pe.every_layer is True and cfg_of(["--no-pe-every-layer"]).pe.every_layer is False
+    paper = cfg_of(["--preset", "paper"])
+    assert (paper.model.d_model, paper.optim.lr, paper.optim.epochs, paper.pe.every_layer) == (160, 1e-4, 4000, True)
+    assert paper.model.norm == "post" and paper.model.n_heads == 1 and paper.optim.weight_decay == 0.0
+    c = cfg_of(["--preset", "paper", "--d-model", "32", "--no-pe-every-layer", "--pe-init", "uniform",
+                "--pe-init-std", "0.3", "--relative-causal", "--optimizer", "sgd", "--seed", "3"])
+    assert (c.model.d_model, c.pe.every_layer, c.pe.init, c.pe.init_std, c.pe.causal) == (32, False, "uniform", 0.3, True)
+    assert (c.optim.name, c.seed, c.optim.epochs) == ("sgd", 3, 4000)
+    assert c.to_dict()["pe"]["init_std"] == 0.3  # nested, for `compare --by pe.init_std`
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--pe", "sin4d"], "unknown PE kind"),
+        (["--pe-init-std", "0"], "--pe-init-std"),
+        (["--pe-init-std", "-0.1"], "--pe-init-std"),
+        (["--pe-init-std", "nan"], "--pe-init-std"),
+        (["--pe-init-std", "inf"], "--pe-init-std"),
+        (["--pe-init", "orthogonal"], "--pe-init"),
+        (["--lr", "0"], "--lr"),
+        (["--lr", "abc"], "--lr"),
+        (["--epochs", "0"], "--epochs"),
+        (["--dropout", "1.5"], "--dropout"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--heads", "3"], "divisible"),
+        (["--momentum", "1"], "--momentum"),
+        (["--min-jaccard", "2"], "--min-jaccard"),
+        (["--eval-every", "0"], "--eval-every"),
+        (["--norm", "mid"], "--norm"),
+        (["--no-such-option"], "unrecognized"),
+        (["--pe", "sin3d"], "3D coordinates"),
+        (["--pe", "rope2d", "--d-model", "24", "--heads", "4"], "divisible by 4"),
+    ],
+)
+def test_bad_options_raise_one_line_input_error(tmp_path, argv, needle):
+    with pytest.raises(InputError) as e:
+        train_main(["lst", "--out", str(tmp_path / "r"), *argv])
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "r").exists()  # rejected before the run folder is touched
+
+
+def test_unknown_task_and_missing_out(tmp_path):
+    with pytest.raises(InputError, match="unknown task"):
+        train_main(["sudoku", "--out", str(tmp_path / "r")])
+    with pytest.raises(InputError, match="--out"):
+        train_main(["lst"])
+
+
+def test_malformed_or_missing_puzzle_file_raises_input_error(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("puzzles,solutions,condition\n1234,9,Binary\n")
+    with pytest.raises(InputError) as e:
+        train_main(["lst", "--out", str(tmp_path / "r"), "--ood-puzzles", str(bad), *TINY])
+    assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match="not found"):
+        train_main(["lst", "--out", str(tmp_path / "r"), "--ood-puzzles", str(tmp_path / "nope.csv"), *TINY])
+
+
+def test_train_then_evaluate(tmp_path, capsys):
+    from trainers.tasks.lst import make_splits, write_puzzle_csv
+
+    # a user-supplied held-out file: training puzzles are filtered against it
+    held = make_splits(n_per_level=4, n_ood_per_level=3, seed=11)["ood"]
+    csv = tmp_path / "held.csv"
+    write_puzzle_csv(held, csv)
+    run = tmp_path / "run"
+    assert train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "ood_acc" in out and (run / "last.pt").exists()
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    assert ckpt["config"]["data"]["ood_puzzles"] == str(csv.resolve())
+
+    assert evaluate_main([str(run / "last.pt"), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["n"] == len(held) and m["acc"] == pytest.approx(ckpt["metrics"]["ood_acc"])
+    assert {"acc_binary", "acc_ternary", "acc_quaternary", "loss"} <= set(m)
+
+    assert evaluate_main([str(run / "last.pt"), "--puzzles", str(csv)]) == 0
+    table = capsys.readouterr().out
+    assert "Binary" in table and "Quaternary" in table and f"({len(held)} puzzles" in table
+
+    # the same run again: already finished, exit 0
+    assert train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY]) == 0
+    # a different config in the same folder is refused
+    with pytest.raises(InputError, match="different config"):
+        train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY, "--pe", "sin2d"])
+
+
+def test_evaluate_rejects_bad_inputs(tmp_path):
+    not_ckpt = tmp_path / "w.pt"
+    torch.save({"a": torch.zeros(1)}, not_ckpt)
+    with pytest.raises(InputError, match="not a pe-probe checkpoint"):
+        evaluate_main([str(not_ckpt)])
+    with pytest.raises(InputError, match="not found"):
+        evaluate_main([str(not_ckpt), "--puzzles", str(tmp_path / "none.csv")])
+
+
+@pytest.mark.parametrize("main", [train_main, evaluate_main])
+def test_help_teaches(main, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "default" in text
+
+
+@pytest.mark.slow
+def test_quick_preset_learns_with_small_sigma(tmp_path):
+    """The quick preset (40 epochs, d 64) brings a sigma=0.1 learned PE well above chance OOD."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert train_main(["lst", "--out", str(tmp_path / "q"), "--pe-init-std", "0.1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    m = torch.load(tmp_path / "q" / "last.pt", weights_only=True)["metrics"]
+    assert m["ood_acc"] > 0.6 and m["test_acc"] > 0.8
+
+
+@pytest.mark.slow
+def test_demo_writes_runs_analyses_comparison_and_summary(tmp_path, capsys):
+    from trainers.cli import demo_main
+
+    out = tmp_path / "demo"
+    argv = ["--out", str(out), "--epochs", "2", "--n-per-level", "30"]
+    assert demo_main(argv) == 0
+    for name in ("sigma-0.1", "sigma-2.0"):
+        assert (out / "runs" / name / "last.pt").exists()
+        assert (out / "analysis" / name / "metrics.json").exists()
+    assert any((out / "compare").iterdir())
+    summary = (out / "summary.md").read_text()
+    assert "ood_acc" in summary and "sigma 2.0" in summary
+    capsys.readouterr()
+    assert demo_main(argv) == 0  # resumable: a second call skips finished work
+    assert "already finished" in capsys.readouterr().out

@@ -1,0 +1,118 @@
+"""The transformer with every PE variant: shapes, gradients, placement, fixed tables, readout."""
+
+import pytest
+import torch
+
+from trainers.config import ModelConfig, PEConfig
+from trainers.model import PETransformer
+from trainers.pe import PE_KINDS
+
+torch.set_num_threads(1)
+
+ADDITIVE = ["sin1d", "sin2d", "sin3d", "random", "learned"]
+FIXED = ["sin1d", "sin2d", "random"]
+
+
+def coords_for(kind):
+    if kind == "sin3d":
+        return torch.tensor([[x, y, z] for x in range(2) for y in range(2) for z in range(4)]).float()
+    r, c = torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij")
+    return torch.stack([r.flatten(), c.flatten()], 1).float()
+
+
+def tiny(kind, every_layer=False, **model_kw):
+    cfg = ModelConfig(**{"d_model": 24, "n_layers": 2, "n_heads": 2, "mlp_ratio": 2.0, **model_kw})
+    torch.manual_seed(0)
+    return PETransformer(cfg, PEConfig(kind=kind, every_layer=every_layer, init_std=0.5), coords_for(kind))
+
+
+def batch(n=5):
+    g = torch.Generator().manual_seed(1)
+    x = torch.nn.functional.one_hot(torch.randint(0, 6, (n, 16), generator=g), 6)[..., 1:].float()  # (n, 16, 5)
+    return x, torch.randint(0, 4, (n,), generator=g)
+
+
+CASES = [(k, False) for k in PE_KINDS] + [(k, True) for k in ADDITIVE]
+
+
+@pytest.mark.parametrize("kind,every_layer", CASES)
+@pytest.mark.parametrize("norm,readout", [("post", "last"), ("pre", "cls")])
+def test_every_variant_runs_forward_and_backward(kind, every_layer, norm, readout):
+    model = tiny(kind, every_layer, norm=norm, readout=readout)
+    x, y = batch()
+    logits = model(x)
+    assert logits.shape == (5, 4) and torch.isfinite(logits).all()
+    torch.nn.functional.cross_entropy(logits, y).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    sd = model.state_dict()
+    for name in model.pe_param_names():
+        assert name in sd
+    if kind == "learned":
+        tables = dict(model.named_parameters())
+        assert all(tables[n].grad.abs().sum() > 0 for n in model.pe_param_names())
+    if kind == "relative":
+        # with a CLS readout the last layer's table gets no gradient (CLS has no relative position)
+        assert model.blocks[0].attn.pe.offset_table.grad.abs().sum() > 0
+
+
+def test_pe_param_names_follow_placement():
+    assert tiny("learned").pe_param_names() == ["pe.table"]
+    assert tiny("learned", True).pe_param_names() == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    assert tiny("sin2d", True).pe_param_names() == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    for kind in ("none", "relative", "rope1d", "rope2d"):
+        assert tiny(kind).pe_param_names() == []
+    m = tiny("learned", True)
+    assert not torch.equal(m.blocks[0].pe.table, m.blocks[1].pe.table)  # a separate table per layer
+
+
+@pytest.mark.parametrize("kind", FIXED)
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_fixed_tables_are_saved_but_never_trained(kind, every_layer):
+    model = tiny(kind, every_layer)
+    names = model.pe_param_names()
+    before = {n: model.state_dict()[n].clone() for n in names}
+    assert names and all(n in model.state_dict() for n in names)
+    assert not any(n in dict(model.named_parameters()) for n in names)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
+    x, y = batch()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    for n in names:
+        assert torch.equal(model.state_dict()[n], before[n])
+
+
+def test_learned_table_is_updated_by_a_step():
+    model = tiny("learned")
+    before = model.pe.table.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    assert not torch.equal(model.pe.table.detach(), before)
+
+
+def test_without_pe_the_model_ignores_token_order_and_with_pe_it_does():
+    x, _ = batch(3)
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(2))
+    nope = tiny("none", readout="cls").eval()
+    with torch.no_grad():
+        assert torch.allclose(nope(x), nope(x[:, perm]), atol=1e-5)
+    for kind in ("learned", "rope1d", "relative"):
+        m = tiny(kind, readout="cls").eval()
+        with torch.no_grad():
+            assert not torch.allclose(m(x), m(x[:, perm]), atol=1e-4), kind
+
+
+def test_dropout_acts_in_train_mode_only():
+    m = tiny("learned", dropout=0.3)
+    x, _ = batch()
+    assert not torch.allclose(m(x), m(x))
+    m.eval()
+    assert torch.equal(m(x), m(x))
+
+
+def test_study_sized_model_shapes():
+    m = PETransformer(ModelConfig(), PEConfig(kind="learned", every_layer=True), coords_for("learned"))
+    assert len(m.blocks) == 4 and m.blocks[0].mlp.fc.out_features == 640
+    assert m.blocks[0].pe.table.shape == (16, 160)

@@ -1,0 +1,171 @@
+"""Training loop: exact resume, checkpoint contract, atomic writes, run-folder rules."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from trainers import train as train_mod
+from trainers.checkpoint import CONTRACT_KEYS, FORMAT, load_checkpoint
+from trainers.config import make_config
+from trainers.evaluate import evaluate_checkpoint
+from trainers.train import train
+
+torch.set_num_threads(1)
+
+
+def tiny_config(**over):
+    base = {
+        "model.d_model": 16, "model.n_layers": 2, "model.n_heads": 2, "model.mlp_ratio": 2.0,
+        "model.dropout": 0.1,  # exercises the per-epoch RNG re-seeding
+        "optim.batch_size": 16, "optim.epochs": 4, "optim.lr": 3e-3,
+        "data.n_per_level": 12, "data.n_ood_per_level": 4, "data.min_jaccard": 0.5,
+        "eval_every": 1, "ckpt_every": 2, "seed": 7,
+    }
+    base.update(over)
+    return make_config("quick", base)
+
+
+def metric_lines(run):
+    lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
+    for d in lines:
+        d.pop("time")
+    return lines
+
+
+def quiet(_msg):
+    pass
+
+
+def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tmp_path, monkeypatch):
+    cfg = tiny_config()
+    full = train(cfg, tmp_path / "full", log=quiet)
+
+    # crash at the start of the 4th evaluation: epochs 1-3 logged, last checkpoint at epoch 2
+    calls = {"n": 0}
+    real = train_mod.split_metrics
+
+    def crashing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(train_mod, "split_metrics", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "resumed", log=quiet)
+    monkeypatch.setattr(train_mod, "split_metrics", real)
+    assert load_checkpoint(tmp_path / "resumed" / "last.pt")["epoch"] == 2
+    assert len(metric_lines(tmp_path / "resumed")) == 3
+
+    msgs = []
+    resumed = train(cfg, tmp_path / "resumed", log=msgs.append)
+    assert any("resuming from epoch 2" in m for m in msgs)
+    assert resumed == full
+    assert metric_lines(tmp_path / "resumed") == metric_lines(tmp_path / "full")
+    a = load_checkpoint(tmp_path / "full" / "last.pt")
+    b = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert a["step"] == b["step"] and a["metrics"] == b["metrics"]
+
+
+def test_checkpoints_follow_the_contract(tmp_path):
+    cfg = tiny_config(**{"pe.every_layer": True, "optim.epochs": 3})
+    metrics = train(cfg, tmp_path / "run", log=quiet)
+    run = tmp_path / "run"
+    assert (run / "config.json").exists() and json.loads((run / "config.json").read_text()) == cfg.to_dict()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert all(re.fullmatch(r"step-\d{8}\.pt", n) for n in names) and len(names) == 2  # epochs 2 and 3
+    ckpt = torch.load(run / "last.pt", weights_only=True)
+    assert set(CONTRACT_KEYS) <= set(ckpt) and ckpt["format"] == FORMAT
+    assert ckpt["pe_params"] == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    assert all(n in ckpt["model"] for n in ckpt["pe_params"])
+    gt = ckpt["ground_truth"]
+    assert gt["kind"] == "grid" and gt["shape"] == [4, 4] and tuple(gt["coords"].shape) == (16, 2)
+    assert gt["coords"][5].tolist() == [1.0, 1.0]  # row-major (row, col)
+    steps_per_epoch = -(-len_train(cfg) // cfg.optim.batch_size)
+    assert ckpt["epoch"] == 3 and ckpt["step"] == 3 * steps_per_epoch
+    assert names[-1] == f"step-{ckpt['step']:08d}.pt"
+    assert ckpt["config"]["pe"]["init_std"] == cfg.pe.init_std
+    assert ckpt["metrics"] == metrics
+    for key in ("train_acc", "train_loss", "test_acc", "ood_acc", "ood_acc_binary", "ood_acc_ternary",
+                "ood_acc_quaternary", "test_acc_binary"):
+        assert 0 <= ckpt["metrics"][key] <= (1 if "acc" in key else 100)
+    assert [d["epoch"] for d in metric_lines(run)] == [1, 2, 3]
+    # evaluate regenerates the same OOD set from the stored data config
+    ev = evaluate_checkpoint(run / "last.pt")
+    assert ev["acc"] == pytest.approx(metrics["ood_acc"]) and ev["n"] == 12
+
+
+def len_train(cfg):
+    return len(train_mod.load_splits(cfg)["train"])
+
+
+def test_crash_while_writing_a_checkpoint_keeps_the_previous_last(tmp_path, monkeypatch):
+    cfg = tiny_config(**{"optim.epochs": 3, "ckpt_every": 1, "model.dropout": 0.0})
+    run = tmp_path / "run"
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def flaky_save(obj, f, *a, **k):
+        calls["n"] += 1
+        if calls["n"] <= 4:  # epochs 1 and 2: step file + last.pt each
+            return real_save(obj, f, *a, **k)
+        f.write(b"PK\x03\x04 partial")  # a torn write, then the crash
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", flaky_save)
+    with pytest.raises(OSError, match="disk full"):
+        train(cfg, run, log=quiet)
+    monkeypatch.setattr(torch, "save", real_save)
+    last = load_checkpoint(run / "last.pt")
+    assert last["epoch"] == 2
+    leftovers = [p.name for p in run.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+    assert len(list((run / "checkpoints").iterdir())) == 2
+    final = train(cfg, run, log=quiet)  # resumes and finishes
+    assert load_checkpoint(run / "last.pt")["epoch"] == 3 and "ood_acc" in final
+
+
+def test_finished_run_says_so_and_config_changes_are_refused(tmp_path):
+    cfg = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0})
+    run = tmp_path / "run"
+    first = train(cfg, run, log=quiet)
+    msgs = []
+    again = train(cfg, run, log=msgs.append)
+    assert again == first and any("already finished" in m for m in msgs)
+    other = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0, "pe.init_std": 0.5})
+    with pytest.raises(InputError, match="pe.init_std") as e:
+        train(other, run, log=quiet)
+    assert "\n" not in str(e.value)
+    # device may differ between a run and its resumption
+    moved = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0, "device": "auto"})
+    assert train(moved, run, log=quiet) == first
+    train(other, run, force=True, log=quiet)
+    assert load_checkpoint(run / "last.pt")["config"]["pe"]["init_std"] == 0.5
+    assert len(metric_lines(run)) == 1
+
+
+def test_same_seed_same_run_different_seed_different_init(tmp_path):
+    a = train(tiny_config(**{"optim.epochs": 1}), tmp_path / "a", log=quiet)
+    b = train(tiny_config(**{"optim.epochs": 1}), tmp_path / "b", log=quiet)
+    assert a == b
+    ka = load_checkpoint(tmp_path / "a" / "last.pt")["model"]["blocks.0.pe.table"]
+    train(tiny_config(**{"optim.epochs": 1, "seed": 8}), tmp_path / "c", log=quiet)
+    kc = load_checkpoint(tmp_path / "c" / "last.pt")["model"]["blocks.0.pe.table"]
+    assert not torch.equal(ka, kc)
+
+
+def test_load_checkpoint_rejects_foreign_and_truncated_files(tmp_path):
+    bad = tmp_path / "bad.pt"
+    torch.save({"weights": torch.zeros(2)}, bad)
+    with pytest.raises(InputError, match="not a pe-probe checkpoint"):
+        load_checkpoint(bad)
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(InputError, match="cannot read"):
+        load_checkpoint(bad)
+    with pytest.raises(InputError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")

@@ -1,0 +1,102 @@
+"""Accuracy per difficulty level, for one split in memory or for a checkpoint on a puzzle file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainers.checkpoint import load_checkpoint
+from trainers.config import TrainConfig
+from trainers.model import PETransformer
+
+
+@dataclass
+class Split:
+    """One encoded split on the training device: x (M, 16, 5) float, y (M,) int64 0..3, levels (M,) int64."""
+
+    x: Tensor
+    y: Tensor
+    levels: Tensor
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+def encode_split(ps: Any, device: str | torch.device = "cpu") -> Split:
+    """Encode a `PuzzleSet` once into tensors on ``device``."""
+    from trainers.tasks.lst import encode
+
+    x, y = encode(ps)
+    levels = torch.as_tensor(ps.levels, dtype=torch.int64)
+    return Split(torch.as_tensor(x).to(device), torch.as_tensor(y).to(device), levels.to(device))
+
+
+@torch.no_grad()
+def split_metrics(model: torch.nn.Module, split: Split, prefix: str, batch_size: int = 2048) -> dict[str, float]:
+    """``{prefix}_acc``, ``{prefix}_loss`` and ``{prefix}_acc_<level>`` for each level present."""
+    from trainers.tasks.lst import LEVELS
+
+    was_training = model.training
+    model.eval()
+    correct, losses = [], []
+    for i in range(0, len(split), batch_size):
+        logits = model(split.x[i : i + batch_size])
+        y = split.y[i : i + batch_size]
+        correct.append(logits.argmax(-1) == y)
+        losses.append(F.cross_entropy(logits, y, reduction="sum"))
+    model.train(was_training)
+    if not correct:
+        return {}
+    correct_t = torch.cat(correct).float()
+    out = {f"{prefix}_acc": correct_t.mean().item(), f"{prefix}_loss": (torch.stack(losses).sum() / len(split)).item()}
+    for i, name in enumerate(LEVELS):
+        mask = split.levels == i
+        if mask.any():
+            out[f"{prefix}_acc_{name.lower()}"] = correct_t[mask].mean().item()
+    return out
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" -> cuda when available, else cpu."""
+    from pe_probe.errors import InputError
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda requested but no CUDA device is available; use --device cpu or auto")
+    return torch.device(device)
+
+
+def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> tuple[PETransformer, TrainConfig]:
+    """Rebuild the model a checkpoint was saved from and load its weights."""
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    model = PETransformer(cfg.model, cfg.pe, ckpt["ground_truth"]["coords"]).to(device)
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, cfg
+
+
+def evaluate_checkpoint(
+    path: str | os.PathLike, puzzles: str | os.PathLike | None = None, device: str = "cpu"
+) -> dict[str, float]:
+    """Accuracy overall and per level (keys ``acc``, ``acc_binary``, ..., ``loss``, ``n``).
+
+    ``puzzles``: a study-format CSV; default: the checkpoint's own OOD set, regenerated from its
+    data config (or re-read from its ``data.ood_puzzles`` file).
+    """
+    from trainers.tasks.lst import read_puzzle_csv
+    from trainers.train import load_splits
+
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(path, map_location=dev)
+    model, cfg = model_from_checkpoint(ckpt, dev)
+    ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
+    m = split_metrics(model, encode_split(ps, dev), "x")
+    out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix
+    out["n"] = float(len(ps))
+    return out

@@ -1,0 +1,134 @@
+"""Encoder-only transformer for token-classification puzzles (the study's model, nanoGPT-style).
+
+tokens (B, N, n_in) -> Linear embedding -> PE -> n_layers x Block -> readout token -> Linear -> logits.
+The study: 4 layers, 1 head, d_model 160, MLP 640 with GELU, post-LN, no dropout, answer read from
+the last token.
+
+PE placement (see `trainers.pe`):
+* additive PE, once at the input (default): ``pe.table``;
+* additive PE with ``every_layer``: a separate table added at the input of every block
+  (the study's companion code): ``blocks.0.pe.table``, ``blocks.1.pe.table``, ...;
+* attention PEs (relative, RoPE): one module inside each block's attention, ``blocks.i.attn.pe``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainers.config import ModelConfig, PEConfig
+from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention (bidirectional) with an optional attention-side PE."""
+
+    def __init__(self, cfg: ModelConfig, pe: PositionalEncoding | None = None):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.dropout
+        self.pe = pe
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        bias = None
+        if self.pe is not None:
+            bias = self.pe.attn_bias(q)  # None or (B, nh, T, T) additive float logit bias
+            q, k = self.pe.rotate(q, k)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = int(round(cfg.mlp_ratio * cfg.d_model))
+        self.fc = nn.Linear(cfg.d_model, hidden)
+        self.proj = nn.Linear(hidden, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.drop(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """One transformer layer; post-LN (x = LN(x + f(x)), the study's) or pre-LN (x = x + f(LN(x)))."""
+
+    def __init__(self, cfg: ModelConfig, pe: PositionalEncoding | None = None, attn_pe: PositionalEncoding | None = None):
+        super().__init__()
+        self.pe = pe  # additive PE at this layer's input (every_layer) or None
+        self.pre_ln = cfg.norm == "pre"
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = SelfAttention(cfg, attn_pe)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.pe is not None:
+            x = self.drop(self.pe(x))
+        if self.pre_ln:
+            x = x + self.drop(self.attn(self.ln1(x)))
+            x = x + self.drop(self.mlp(self.ln2(x)))
+        else:
+            x = self.ln1(x + self.drop(self.attn(x)))
+            x = self.ln2(x + self.drop(self.mlp(x)))
+        return x
+
+
+class PETransformer(nn.Module):
+    """The whole model. ``coords`` (N, k) are the tokens' true positions, used by the PE."""
+
+    def __init__(self, cfg: ModelConfig, pe_cfg: PEConfig, coords: Tensor, n_in: int = 5, n_classes: int = 4):
+        super().__init__()
+        self.cfg, self.pe_cfg = cfg, pe_cfg
+        coords = torch.as_tensor(coords, dtype=torch.float32)
+        spec = PESpec(cfg.d_model, cfg.n_heads, coords, pe_cfg.init, pe_cfg.init_std, pe_cfg.causal)
+
+        def make():  # a fresh PE module (own table) per call
+            return build_pe(pe_cfg.kind, spec)
+
+        placement = pe_class(pe_cfg.kind).placement
+        self.embed = nn.Linear(n_in, cfg.d_model)
+        self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model)) if cfg.readout == "cls" else None
+        self.pe = make() if placement == "input" and not pe_cfg.every_layer else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(
+                cfg,
+                pe=make() if placement == "input" and pe_cfg.every_layer else None,
+                attn_pe=make() if placement == "attention" else None,
+            )
+            for _ in range(cfg.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.head = nn.Linear(cfg.d_model, n_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, N, n_in) one-hot tokens -> logits (B, n_classes)."""
+        h = self.embed(x)  # (B, N, d)
+        if self.cls is not None:
+            h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)  # (B, 1 + N, d)
+        if self.pe is not None:
+            h = self.pe(h)
+        h = self.drop(h)
+        for block in self.blocks:
+            h = block(h)
+        h = self.ln_f(h)
+        out = h[:, 0] if self.cls is not None else h[:, -1]  # (B, d)
+        return self.head(out)
+
+    def pe_param_names(self) -> list[str]:
+        """state_dict names of the additive PE tables in layer order ([] for none/relative/rope)."""
+        if self.pe is not None:
+            return ["pe.table"]
+        return [f"blocks.{i}.pe.table" for i, b in enumerate(self.blocks) if b.pe is not None]

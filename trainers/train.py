@@ -1,0 +1,260 @@
+"""The training loop: flat and visible, like nanoGPT's train.py.
+
+One call, ``train(cfg, out_dir)``:
+  1. prepare the run folder (``config.json``; resume from ``last.pt`` when the config matches),
+  2. build the data once as tensors on the device, the model and the optimiser,
+  3. loop over epochs: shuffle, step, evaluate every ``eval_every`` epochs (one JSON line in
+     ``metrics.jsonl``), checkpoint every ``ckpt_every`` epochs and at the end.
+
+Exact resume: each epoch's shuffle comes from a ``torch.Generator`` seeded by (seed, epoch), and
+torch's global RNG (dropout) is re-seeded from (seed, epoch) at each epoch start, so a run resumed from
+an epoch-boundary checkpoint reproduces the uninterrupted run bit for bit (on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pe_probe.errors import InputError
+from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
+from trainers.config import TrainConfig, validate
+from trainers.evaluate import encode_split, resolve_device, split_metrics
+from trainers.model import PETransformer
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+LAST = "last.pt"
+CKPT_DIR = "checkpoints"
+IGNORED_FOR_RESUME = ("device",)  # settings that may differ between a run and its resumption
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A deterministic per-epoch seed derived from (seed, epoch)."""
+    return (seed * 1_000_003 + epoch * 7_919 + 12_345) % (2**63 - 1)
+
+
+def ground_truth(task: str):
+    """The tokens' true coordinates for ``task`` (lst: the 4x4 grid, (row, col), row-major)."""
+    from pe_probe.groundtruth import grid
+
+    return grid(4, 4)
+
+
+def load_splits(cfg: TrainConfig) -> dict[str, Any]:
+    """Generate train / test / OOD puzzle sets from the data config (OOD from a file when given)."""
+    from trainers.tasks.lst import make_splits, read_puzzle_csv
+
+    d = cfg.data
+    ood = None
+    if d.ood_puzzles is not None:
+        if not Path(d.ood_puzzles).is_file():
+            raise InputError(f"--ood-puzzles file {d.ood_puzzles} not found; pass a study-format CSV")
+        ood = read_puzzle_csv(d.ood_puzzles)
+    return make_splits(
+        n_per_level=d.n_per_level,
+        test_frac=d.test_frac,
+        n_ood_per_level=d.n_ood_per_level,
+        min_jaccard=d.min_jaccard,
+        seed=d.seed,
+        ood=ood,
+    )
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    o = cfg.optim
+    if o.name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+# ----------------------------------------------------------------------------------------------
+# Run folder
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two config dicts (ignoring IGNORED_FOR_RESUME)."""
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if k not in IGNORED_FOR_RESUME and a.get(k) != b.get(k))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def _clear_run(out: Path) -> None:
+    """Remove what a previous run wrote (only our own files)."""
+    for name in (LAST, METRICS_FILE, CONFIG_FILE):
+        (out / name).unlink(missing_ok=True)
+    if (out / CKPT_DIR).is_dir():
+        shutil.rmtree(out / CKPT_DIR)
+
+
+def _trim_metrics(path: Path, max_epoch: int) -> None:
+    """Keep only metric lines up to ``max_epoch`` (lines written after the last checkpoint are redone)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["epoch"] <= max_epoch:
+                keep.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a crash
+    _write_text_atomic(path, "".join(line + "\n" for line in keep))
+
+
+def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:
+    """Create / check the run folder; return the checkpoint to resume from, or None to start fresh.
+
+    A folder with ``last.pt`` is resumed only with the same config (``force`` restarts instead); a
+    folder without one holds nothing to protect and is (re)started.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    new = cfg.to_dict()
+    cfg_path = out / CONFIG_FILE
+    if force:
+        _clear_run(out)
+    elif (out / LAST).exists():
+        if not cfg_path.exists():
+            raise InputError(f"{out} has {LAST} but no {CONFIG_FILE}; use another --out, or --force to restart")
+        try:
+            old = json.loads(cfg_path.read_text())
+        except ValueError:
+            raise InputError(f"{cfg_path} is not valid JSON; use --force to restart the run in {out}") from None
+        diff = config_differences(old, new)
+        if diff:
+            a, b = _flatten(old), _flatten(new)
+            shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:3])
+            raise InputError(f"{out} holds a run with a different config: {shown}; use another --out, or --force to restart")
+    resume = load_checkpoint(out / LAST) if (out / LAST).exists() else None
+    if resume is None:
+        _clear_run(out)  # leftovers of a run that never reached its first checkpoint
+    _write_text_atomic(cfg_path, json.dumps(new, indent=2) + "\n")
+    return resume
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, float]:
+    """Train (or resume, or report a finished run) and return the last evaluation's metrics."""
+    from tqdm.auto import tqdm
+
+    validate(cfg)
+    out = Path(out_dir)
+    log = log or (lambda s: print(s, flush=True))
+    device = resolve_device(cfg.device)
+    gt = ground_truth(cfg.task)
+
+    # model and optimiser first (init depends on the seed only; bad PE/width combinations fail here,
+    # before the run folder is touched)
+    seed_everything(cfg.seed)
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)).to(device)
+    optimizer = make_optimizer(model, cfg)
+
+    resume = prepare_run_dir(cfg, out, force)
+    if resume is not None and resume["epoch"] >= cfg.optim.epochs:
+        log(f"{out}: run already finished at epoch {resume['epoch']} (ood_acc {resume['metrics'].get('ood_acc', float('nan')):.3f})")
+        return dict(resume["metrics"])
+
+    # data, once, as tensors on the device
+    splits = {name: encode_split(ps, device) for name, ps in load_splits(cfg).items()}
+    train_split = splits["train"]
+    n_train = len(train_split)
+    if n_train == 0:
+        raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
+
+    start_epoch, step, metrics, elapsed = 0, 0, {}, 0.0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        start_epoch, step, metrics = resume["epoch"], resume["step"], dict(resume["metrics"])
+        elapsed = float(resume.get("elapsed_s", 0.0))
+        _trim_metrics(out / METRICS_FILE, start_epoch)
+        log(f"{out}: resuming from epoch {start_epoch} (step {step})")
+
+    def checkpoint(epoch: int) -> None:
+        payload = make_payload(model, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics, optimizer=optimizer)
+        payload["elapsed_s"] = elapsed + time.time() - t0
+        save_checkpoint(payload, out / CKPT_DIR / f"step-{step:08d}.pt")
+        save_checkpoint(payload, out / LAST)
+
+    epochs, bs = cfg.optim.epochs, cfg.optim.batch_size
+    t0 = time.time()
+    bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
+               disable=not sys.stderr.isatty(), leave=False)
+    for epoch in bar:
+        # per-epoch randomness derived from (seed, epoch): the shuffle and the global RNG (dropout)
+        g = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch))
+        perm = torch.randperm(n_train, generator=g).to(device)
+        torch.manual_seed(epoch_seed(cfg.seed, epoch))
+        model.train()
+        loss_sum, correct, seen = 0.0, 0, 0
+        for i in range(0, n_train, bs):
+            idx = perm[i : i + bs]
+            logits = model(train_split.x[idx])
+            loss = F.cross_entropy(logits, train_split.y[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            loss_sum += loss.item() * len(idx)
+            correct += (logits.argmax(-1) == train_split.y[idx]).sum().item()
+            seen += len(idx)
+        bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}")
+
+        done = epoch + 1
+        last = done == epochs
+        if done % cfg.eval_every == 0 or last:
+            metrics = {}
+            for name, split in splits.items():
+                metrics.update(split_metrics(model, split, name))
+            line = {"epoch": done, "step": step, "time": round(elapsed + time.time() - t0, 3), **metrics}
+            with open(out / METRICS_FILE, "a") as f:
+                f.write(json.dumps(line) + "\n")
+            msg = (f"epoch {done}/{epochs} step {step}: train_loss {metrics['train_loss']:.4f} "
+                   f"train_acc {metrics['train_acc']:.3f} test_acc {metrics.get('test_acc', float('nan')):.3f} "
+                   f"ood_acc {metrics.get('ood_acc', float('nan')):.3f}")
+            if bar.disable:
+                log(msg)
+            else:
+                bar.write(msg)
+        if done % cfg.ckpt_every == 0 or last:
+            checkpoint(done)
+    bar.close()
+    return metrics
