@@ -163,6 +163,10 @@ def format_summary(result, title: str = "") -> str:
         lines.append(title)
     src = prov.get("source", "table")
     lines.append(f"source      {src}  param={prov.get('param')}  layer={prov.get('layer')}")
+    if prov.get("original_shape"):
+        extra = f", {prov['extra_tokens']} leading row(s) dropped" if prov.get("extra_tokens") else ""
+        centred = "; rows look mean-centred (each row's mean ~ 0)" if prov.get("row_centred") else ""
+        lines.append(f"tensor      stored shape {tuple(prov['original_shape'])}{extra}{centred}")
     lines.append(f"table       N={m['n_positions']} positions x d={m['pe_dim']} dims; ground truth "
                  f"{result.gt_spec} (k={m['gt_dim']}); PE metric {result.pe_metric}")
     for note in prov.get("notes") or []:
