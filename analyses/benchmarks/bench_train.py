@@ -1,0 +1,333 @@
+"""Benchmark: training throughput (puzzles / second) of a naive loop, our trainer and our ensemble.
+
+Usage:
+  python analyses/benchmarks/bench_train.py                               # CPU: d_model 64 and 160
+  python analyses/benchmarks/bench_train.py --device cuda --gpu-full      # one GPU: the full grid
+  python analyses/benchmarks/bench_train.py --d-models 64 --ks 4,8 --steps 10 --no-write
+
+Configurations, each measured for a fixed number of optimizer steps (batch 128) after warm-up steps,
+all in this one process so their ratios share the machine's state:
+* naive: the study's companion-style loop written here: a learned PE table added at the input of
+  every layer, `nn.MultiheadAttention` (need_weights left at its default, True), post-LN, MLP 4x with
+  GELU, AdamW, batch 128 gathered by indexing, and Python-side `.item()` on the loss and the number
+  correct after every step;
+* single: our `PETransformer` (fused SDPA attention) with the step of `trainers.train.train`;
+* single-nosync: the same, accumulating loss / accuracy on the device (no per-step host sync);
+* ensemble-K: K members in one `trainers.ensemble` batched step (stacked parameters, vmap over
+  functional_call, stacked AdamW), each member with its own batch indices.
+Options on GPU: --compile (torch.compile of the step), --bf16 (bf16 autocast) add variants.
+Data are random one-hot puzzles of the task's shape (16 tokens x 5 channels, 4 classes): the cost of a
+step does not depend on the puzzles' content. Throughput counts puzzles processed by all models.
+Each configuration is measured --rounds times, interleaved with the others; the best round is kept
+(other engineers' jobs share the CPU; see the load column).
+
+Writes reports/benchmarks/train.csv (train_cuda.csv on a GPU; unless --no-write) and prints the
+markdown table that reports/benchmarks/train.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+N_TRAIN, N_TOK, N_IN, N_CLS, BATCH = 8100, 16, 5, 4, 128
+SWEEP_RUNS, SWEEP_EPOCHS = 300, 4000
+SWEEP_PUZZLES = SWEEP_RUNS * SWEEP_EPOCHS * N_TRAIN  # puzzle-passes in the paper's full sweep
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) the naive, companion-style baseline
+
+
+class NaiveLayer(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.pe = nn.Parameter(torch.randn(N_TOK, d) * 0.1)  # a separate learned table per layer
+        self.attn = nn.MultiheadAttention(d, 1, batch_first=True)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.pe
+        a, _ = self.attn(x, x, x)
+        x = self.ln1(x + a)
+        return self.ln2(x + self.mlp(x))
+
+
+class NaiveModel(nn.Module):
+    def __init__(self, d: int, n_layers: int = 4):
+        super().__init__()
+        self.embed = nn.Linear(N_IN, d)
+        self.layers = nn.ModuleList(NaiveLayer(d) for _ in range(n_layers))
+        self.head = nn.Linear(d, N_CLS)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h[:, -1])
+
+
+def fake_data(device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = torch.randint(0, N_IN + 1, (N_TRAIN, N_TOK), generator=g)  # 0..4 shape/target, 5 = blank
+    x = F.one_hot(shapes, N_IN + 1)[..., :N_IN].float()
+    y = torch.randint(0, N_CLS, (N_TRAIN,), generator=g)
+    return x.to(device), y.to(device)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bench_naive(d, device, steps, warmup, **_):
+    x, y = fake_data(device)
+    model = NaiveModel(d).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    perm = torch.randperm(N_TRAIN)
+    stats = {"loss": 0.0, "correct": 0}
+
+    def step(i):
+        idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH].to(device)
+        xb, yb = x[idx], y[idx]
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        stats["loss"] += loss.item()  # host sync each step, as the companion loop does
+        stats["correct"] += (logits.argmax(-1) == yb).sum().item()
+
+    return _time(step, steps, warmup, device), 1
+
+
+def _our_model(d, device, seed=0):
+    from pe_probe.groundtruth import grid
+    from trainers.config import make_config
+    from trainers.model import PETransformer
+    from trainers.train import make_optimizer
+
+    cfg = make_config("paper", {"model.d_model": d, "seed": seed, "device": device.type})
+    torch.manual_seed(seed)
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(grid(4, 4).coords)).to(device)
+    return model, make_optimizer(model, cfg), cfg
+
+
+def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, **_):
+    x, y = fake_data(device)
+    model, opt, _ = _our_model(d, device)
+    fwd = torch.compile(model) if compile else model
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 and device.type == "cuda" else None
+    perm = torch.randperm(N_TRAIN).to(device)
+    acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
+           "loss_f": 0.0, "correct_i": 0}
+
+    def step(i):  # the inner step of trainers.train.train
+        idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
+        if amp:
+            with amp():
+                logits = fwd(x[idx]).float()
+        else:
+            logits = fwd(x[idx])
+        loss = F.cross_entropy(logits, y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if nosync:
+            acc["loss"] += loss.detach() * len(idx)
+            acc["correct"] += (logits.argmax(-1) == y[idx]).sum()
+        else:
+            acc["loss_f"] += loss.item() * len(idx)
+            acc["correct_i"] += (logits.argmax(-1) == y[idx]).sum().item()
+
+    return _time(step, steps, warmup, device), 1
+
+
+def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, **_):
+    from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
+
+    x, y = fake_data(device)
+    members = [_our_model(d, device, seed=s) for s in range(k)]
+    models, cfgs = [m[0] for m in members], [m[2] for m in members]
+    stack = Stack.of(models)
+    opt = StackedOptimizer(stack, cfgs, device)
+    base = template_model(models[0])
+    del members, models
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and device.type == "cuda" else None
+    perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in range(k)]).to(device)
+    params = list(stack.params.values())
+
+    def loss_fn(p, xb, yb):  # the batched step of trainers.ensemble._train_group
+        if amp is not None:
+            with amp:
+                logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
+        else:
+            logits = ensemble_forward(base, Stack(p, stack.buffers), xb)
+        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
+
+    fn = torch.compile(loss_fn) if compile else loss_fn
+
+    def step(i):
+        idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
+        losses = fn(stack.params, x[idx], y[idx])
+        grads = torch.autograd.grad(losses.sum(), params)
+        opt.step(dict(zip(stack.params, grads)))
+
+    return _time(step, steps, warmup, device), k
+
+
+def _time(step, steps, warmup, device):
+    for i in range(warmup):
+        step(i)
+    sync(device)
+    t = time.perf_counter()
+    for i in range(steps):
+        step(warmup + i)
+    sync(device)
+    return time.perf_counter() - t
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def machine(device) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    s = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
+    if device.type == "cuda":
+        s += f", GPU {torch.cuda.get_device_name(0)}"
+    return s
+
+
+def load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def plan(args):
+    """(name, d, fn, kwargs, steps) for every configuration."""
+    out = []
+    for d in args.d_models:
+        s = args.steps
+        out += [("naive", d, bench_naive, {}, s), ("single", d, bench_single, {}, s),
+                ("single-nosync", d, bench_single, {"nosync": True}, s)]
+        if args.compile:
+            out.append(("single-compile", d, bench_single, {"nosync": True, "compile": True}, s))
+        if args.bf16:
+            out.append(("single-bf16", d, bench_single, {"nosync": True, "bf16": True}, s))
+        for k in args.ks:
+            if args.device == "cpu" and k * d > args.cpu_max_kd:
+                continue  # too slow / large for the shared CPU
+            ks = max(2, s * 4 // k) if args.device == "cpu" else s  # fixed, fewer steps for big K on CPU
+            out.append((f"ensemble-{k}", d, bench_ensemble, {"k": k}, ks))
+            if args.bf16:
+                out.append((f"ensemble-{k}-bf16", d, bench_ensemble, {"k": k, "bf16": True}, ks))
+            if args.compile:
+                out.append((f"ensemble-{k}-compile", d, bench_ensemble, {"k": k, "compile": True}, ks))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--d-models", default="64,160", help="comma-separated widths (default 64,160)")
+    p.add_argument("--ks", default="4,8,32,128", help="ensemble sizes (default 4,8,32,128)")
+    p.add_argument("--steps", type=int, default=16, help="timed steps per configuration (default 16; CPU ensembles of K > 4 use max(2, 4*steps/K))")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="measure each configuration this many times, interleaved; keep the best")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's default)")
+    p.add_argument("--cpu-max-kd", type=int, default=64 * 128, help="on CPU, skip ensembles with K x d_model above this")
+    p.add_argument("--gpu-full", action="store_true", help="GPU grid: K up to 300, 50 steps, with --compile and --bf16 variants")
+    p.add_argument("--compile", action="store_true", help="add torch.compile variants")
+    p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (CUDA only)")
+    p.add_argument("--out", default=str(ROOT / "reports" / "benchmarks"))
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.d_models = [int(v) for v in args.d_models.split(",")]
+    args.ks = [int(v) for v in args.ks.split(",")]
+    if args.gpu_full:
+        args.ks = sorted(set(args.ks) | {4, 8, 32, 64, 128, 300})
+        args.steps, args.compile, args.bf16 = max(args.steps, 50), True, True
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device available")
+
+    configs = plan(args)
+    best: dict[tuple[str, int], dict] = {}
+    load_seen = []
+    for r in range(args.rounds):
+        for name, d, fn, kw, steps in configs:
+            if r > 0 and name.startswith("ensemble") and int(name.split("-")[1]) >= 128 and device.type == "cpu":
+                continue  # one round for the biggest CPU ensembles (tens of seconds each)
+            lo = load()
+            load_seen.append(lo)
+            try:
+                secs, k = fn(d, device, steps, args.warmup, **kw)
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # memory: record and move on
+                print(f"{name} d{d}: failed: {str(e).splitlines()[0]}", flush=True)
+                continue
+            rate = steps * BATCH * k / secs
+            row = {"device": device.type, "d_model": d, "config": name, "models": k, "steps": steps,
+                   "seconds": round(secs, 3), "puzzles_per_s": round(rate, 1), "load1": round(lo, 2)}
+            print(f"round {r} {name:>22} d{d:<4} K={k:<4} {steps:>3} steps {secs:7.2f} s  {rate:10.0f} puzzles/s  load {lo:.2f}", flush=True)
+            if (name, d) not in best or rate > best[(name, d)]["puzzles_per_s"]:
+                best[(name, d)] = row
+    rows = list(best.values())
+    for row in rows:
+        naive = best.get(("naive", row["d_model"]))
+        row["x_naive"] = round(row["puzzles_per_s"] / naive["puzzles_per_s"], 2) if naive else ""
+        row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
+    text = report(rows, device, load_seen, args)
+    print(text)
+    if not args.no_write:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        suffix = "" if device.type == "cpu" else f"_{device.type}"
+        with open(out / f"train{suffix}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+def report(rows, device, loads, args) -> str:
+    lines = [f"Device: {device.type}; machine: {machine(device)}.",
+             f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f} "
+             f"(other engineers' training jobs share this machine).", "",
+             "| d_model | config | models | steps | seconds | puzzles/s | x naive | full sweep (h) |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['d_model']} | {r['config']} | {r['models']} | {r['steps']} | {r['seconds']} | "
+                     f"{r['puzzles_per_s']:.0f} | {r['x_naive']} | {r['sweep_hours']} |")
+    lines.append("")
+    lines.append(f"full sweep = {SWEEP_RUNS} runs x {SWEEP_EPOCHS} epochs x {N_TRAIN} puzzles at the measured rate "
+                 f"(for ensembles, the aggregate rate; evaluation and checkpoint time not included).")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Ensemble training: K models in one process give the same runs as training each alone."""
+
+import json
+
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from trainers.checkpoint import CONTRACT_KEYS, FORMAT, load_checkpoint
+from trainers.config import make_config
+from trainers.ensemble import group_key, member_name, train_ensemble
+from trainers.train import train
+
+torch.set_num_threads(1)
+
+# Tolerances. Solo training uses the fused SDPA kernel and torch.optim.AdamW; the ensemble uses the
+# written-out attention and the same AdamW maths on stacked tensors, both in float32. They differ only
+# by rounding (~1e-7 relative per op, measured max |diff| of logits 4e-7 at init). Adam divides by
+# sqrt(v) + 1e-8, which can turn a rounding difference in a near-zero gradient into a step difference of
+# up to lr, so over a few steps weights may differ by a few lr-sized steps on isolated entries: we allow
+# atol 2e-4 (lr 3e-3 x a few %) with rtol 1e-3; losses/accuracies at rtol 1e-4 (a systematic error, e.g.
+# a wrong data order or a shared optimizer state, moves them by > 1e-2 here).
+W_RTOL, W_ATOL = 1e-3, 2e-4
+M_RTOL, M_ATOL = 1e-4, 1e-5
+
+
+def tiny(**over):
+    base = {
+        "model.d_model": 16, "model.n_layers": 2, "model.n_heads": 2, "model.mlp_ratio": 2.0,
+        "optim.batch_size": 16, "optim.epochs": 3, "optim.lr": 3e-3,
+        "data.n_per_level": 12, "data.n_ood_per_level": 4, "data.min_jaccard": 0.5,
+        "eval_every": 1, "ckpt_every": 2, "seed": 0,
+    }
+    base.update(over)
+    return make_config("quick", base)
+
+
+def quiet(_msg):
+    pass
+
+
+def lines(run):
+    out = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
+    for d in out:
+        d.pop("time")
+    return out
+
+
+def assert_same_run(a, b):
+    la, lb = lines(a), lines(b)
+    assert [(d["epoch"], d["step"]) for d in la] == [(d["epoch"], d["step"]) for d in lb]
+    for da, db in zip(la, lb):
+        assert da.keys() == db.keys()
+        for key in da:
+            assert da[key] == pytest.approx(db[key], rel=M_RTOL, abs=M_ATOL), key
+    ca, cb = load_checkpoint(a / "last.pt"), load_checkpoint(b / "last.pt")
+    assert ca["config"] == cb["config"] and ca["step"] == cb["step"] and ca["epoch"] == cb["epoch"]
+    assert ca["pe_params"] == cb["pe_params"]
+    assert ca["model"].keys() == cb["model"].keys()
+    for name in ca["model"]:
+        wa, wb = ca["model"][name], cb["model"][name]
+        if name.endswith("attn.qkv.bias"):
+            # The key bias has a zero true gradient (softmax is invariant to adding q.b_k to every logit), so
+            # its gradient is pure rounding noise, which Adam rescales into steps of up to ~lr in either run:
+            # it is noise in solo training too. Bound it by lr x steps; compare the query/value biases tightly.
+            d = wa.shape[0] // 3
+            assert (wa[d : 2 * d] - wb[d : 2 * d]).abs().max() <= ca["config"]["optim"]["lr"] * ca["step"]
+            wa, wb = torch.cat([wa[:d], wa[2 * d :]]), torch.cat([wb[:d], wb[2 * d :]])
+        torch.testing.assert_close(wa, wb, rtol=W_RTOL, atol=W_ATOL, msg=name)
+    sa, sb = ca["optimizer"]["state"], cb["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        assert float(sa[i]["step"]) == float(sb[i]["step"])
+    assert ca["optimizer"]["param_groups"][0]["lr"] == cb["optimizer"]["param_groups"][0]["lr"]
+
+
+MEMBERS = [  # differ in seed, sigma and learning rate (one group) and in PE kind (a second group)
+    {"seed": 1, "pe.init_std": 0.1},
+    {"seed": 2, "pe.init_std": 2.0, "optim.lr": 1e-3},
+    {"seed": 3, "pe.kind": "sin2d"},
+]
+
+
+def test_ensemble_matches_solo_training(tmp_path):
+    cfgs = [tiny(**m) for m in MEMBERS]
+    for i, cfg in enumerate(cfgs):
+        train(cfg, tmp_path / "solo" / str(i), log=quiet)
+    res = train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(3)], log=quiet)
+    assert len(res) == 3 and all("ood_acc" in r for r in res)
+    for i in range(3):
+        assert_same_run(tmp_path / "solo" / str(i), tmp_path / "ens" / str(i))
+        assert sorted(p.name for p in (tmp_path / "ens" / str(i) / "checkpoints").iterdir()) == \
+            sorted(p.name for p in (tmp_path / "solo" / str(i) / "checkpoints").iterdir())
+
+
+def test_members_really_differ_and_groups_are_split():
+    a, b, c = (tiny(**m) for m in MEMBERS)
+    assert group_key(a) == group_key(b) != group_key(c)
+    assert member_name(b) == "learned_sigma2_lr0.001_seed2"
+
+
+def test_ensemble_checkpoint_is_an_ordinary_checkpoint(tmp_path, capsys):
+    from pe_probe.cli import main
+
+    cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1)]
+    train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=quiet)
+    ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
+    assert ckpt["format"] == FORMAT and all(k in ckpt for k in CONTRACT_KEYS)
+    assert ckpt["pe_params"] == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "a" / "last.pt")]) == 0
+    assert "rsa" in capsys.readouterr().out.lower()
+
+
+def test_ensemble_resumes_and_solo_trainer_resumes_an_ensemble_run(tmp_path):
+    cfgs = [tiny(seed=s, **{"optim.epochs": 2, "ckpt_every": 2}) for s in (4, 5)]
+    train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=quiet)
+    longer = [tiny(seed=s, **{"optim.epochs": 4, "ckpt_every": 2}) for s in (4, 5)]
+    # the config changed (epochs), so the folders are refused without --force ...
+    with pytest.raises(InputError):
+        train_ensemble(longer, [tmp_path / "a", tmp_path / "b"], log=quiet)
+    # ... a finished ensemble run is reported, not retrained
+    res = train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=quiet)
+    assert res[0] == load_checkpoint(tmp_path / "a" / "last.pt")["metrics"]
+    # an interrupted ensemble (epoch 2 of 4) resumed by the ensemble equals the uninterrupted run
+    full = [tmp_path / "full4", tmp_path / "full5"]
+    train_ensemble(longer, full, log=quiet)
+    part = [tmp_path / "p4", tmp_path / "p5"]
+    for p in part:
+        p.mkdir()
+    import trainers.ensemble as ens
+
+    calls = {"n": 0}
+    real = ens.ensemble_split_metrics
+
+    def crash(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 7:  # 3 splits per evaluation: crash during epoch 3's evaluation
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    ens.ensemble_split_metrics = crash
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_ensemble(longer, part, log=quiet)
+    finally:
+        ens.ensemble_split_metrics = real
+    assert load_checkpoint(part[0] / "last.pt")["epoch"] == 2
+    train_ensemble(longer[:1], part[:1], log=quiet)  # member 0 by the ensemble
+    train(longer[1], part[1], log=quiet)  # member 1 by the single-model trainer
+    for a, b in zip(full, part):
+        assert_same_run(a, b)
+
+
+def test_bad_input():
+    with pytest.raises(InputError):
+        train_ensemble([tiny()], [], log=quiet)
+    with pytest.raises(InputError):
+        train_ensemble([tiny(), tiny(seed=1)], ["x", "x"], log=quiet)
+
+
+def test_cli_ensemble_writes_one_run_folder_per_combination(tmp_path, capsys):
+    from trainers.cli import train_main
+
+    common = ["lst", "--d-model", "16", "--layers", "1", "--heads", "2", "--epochs", "1", "--n-per-level", "6",
+              "--min-jaccard", "0.5", "--batch-size", "16", "--out", str(tmp_path)]
+    assert train_main(common + ["--ensemble-seeds", "0-1", "--ensemble-sigmas", "0.1,2"]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"learned_sigma{s}_lr0.001_seed{n}" for s in ("0.1", "2") for n in (0, 1)]
+    for n in names:
+        ckpt = load_checkpoint(tmp_path / n / "last.pt")
+        assert ckpt["config"]["pe"]["init_std"] == float(n.split("sigma")[1].split("_")[0])
+    with pytest.raises(InputError, match="--seed"):
+        train_main(common + ["--seed", "3", "--ensemble-seeds", "0,1"])
+    with pytest.raises(InputError, match="ensemble-sigmas"):
+        train_main(common + ["--ensemble-sigmas", "0.1,x"])

@@ -1,0 +1,470 @@
+"""Train K models in one process as one batched ensemble (same results as training each alone).
+
+``train_ensemble(cfgs, out_dirs)`` takes one ordinary `TrainConfig` and one run folder per member and
+writes, for each member, exactly what ``trainers.train.train(cfg, out_dir)`` writes: ``config.json``,
+``metrics.jsonl``, ``checkpoints/step-XXXXXXXX.pt`` and ``last.pt`` in the pe-probe checkpoint format,
+optimizer state included (so a member can later be resumed by the single-model trainer, or analysed
+with ``pe-probe analyze RUN/last.pt``).
+
+How: members that share an architecture are one *group*. Their parameters are stacked along a new
+leading model axis (K, ...) and one forward pass runs all of them with ``torch.func.vmap`` over
+``torch.func.functional_call`` of a template `PETransformer`; every linear layer becomes one batched
+matrix product. Each member keeps its own data order (its own per-epoch permutation, seeded by
+(its seed, epoch) exactly as in `train`), its own initialisation (built with its own seed, exactly as in
+`train`) and its own optimizer state (AdamW / SGD written out below on the stacked tensors, with a
+per-member learning rate and weight decay). The loss of the group is the sum of the members' mean
+losses, so each member's gradient is its own.
+
+What may differ inside a group: `VARYING` (seed, PE init and sigma, learning rate, weight decay,
+momentum). Members that differ in anything else (PE kind, width, epochs, data, ...) go to separate
+groups, trained one after the other. A member resuming from a different epoch is its own group too.
+
+Differences from the single-model trainer (documented, tested where exact):
+* attention is computed as softmax(q k^T / sqrt(hs) + bias) v instead of the fused SDPA kernel (which
+  has no vmap batching rule on CPU); same maths, float32 rounding differs at ~1e-7;
+* with dropout > 0 the dropout masks differ from solo runs (vmap draws different masks per member);
+  with the study's dropout 0 the runs match solo training within float tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import sys
+import time
+import types
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, vmap
+
+from pe_probe.errors import InputError
+from trainers.checkpoint import make_payload, save_checkpoint
+from trainers.config import TrainConfig, validate
+from trainers.evaluate import Split, encode_split, resolve_device
+from trainers.model import PETransformer
+from trainers.train import (
+    CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, epoch_seed, ground_truth, load_splits,
+    make_optimizer, prepare_run_dir, seed_everything,
+)
+
+VARYING = ("seed", "pe.init", "pe.init_std", "optim.lr", "optim.weight_decay", "optim.momentum")
+BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW defaults, as `make_optimizer` uses them
+
+
+def group_key(cfg: TrainConfig) -> str:
+    """Everything that must be equal for two configs to train in one group (all but `VARYING`)."""
+    flat = _flatten(cfg.to_dict())
+    return json.dumps({k: v for k, v in sorted(flat.items()) if k not in VARYING})
+
+
+# ----------------------------------------------------------------------------------------------
+# The batched forward
+
+
+def _math_attention(self, x: Tensor) -> Tensor:
+    """`SelfAttention.forward` with the attention written out (vmappable; SDPA is not, on CPU)."""
+    B, T, C = x.shape
+    nh = self.n_heads
+    q, k, v = self.qkv(x).split(C, dim=-1)
+    q = q.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs)
+    v = v.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs)
+    bias = None
+    if self.pe is not None:
+        bias = self.pe.attn_bias(q)
+        q, k = self.pe.rotate(q, k)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, T)
+    if bias is not None:
+        att = att + bias
+    att = att.softmax(dim=-1)
+    if self.training and self.dropout > 0:
+        att = F.dropout(att, self.dropout)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+    return self.proj(y)
+
+
+def template_model(model: PETransformer) -> PETransformer:
+    """A copy of ``model`` whose attention layers use `_math_attention` (used only for functional_call)."""
+    base = copy.deepcopy(model)
+    for block in base.blocks:
+        block.attn.forward = types.MethodType(_math_attention, block.attn)
+    return base
+
+
+@dataclass
+class Stack:
+    """K models' parameters and buffers, stacked on a leading model axis."""
+
+    params: dict[str, Tensor]  # name -> (K, ...) leaf tensors with requires_grad
+    buffers: dict[str, Tensor]  # name -> (K, ...)
+
+    @classmethod
+    def of(cls, models: Sequence[torch.nn.Module]) -> "Stack":
+        names = [n for n, _ in models[0].named_parameters()]
+        params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(True) for n in names}
+        bnames = [n for n, _ in models[0].named_buffers()]
+        buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in models]) for n in bnames}
+        return cls(params, buffers)
+
+
+def ensemble_forward(base: PETransformer, stack: Stack, x: Tensor, shared_input: bool = False) -> Tensor:
+    """Logits (K, B, n_classes) of K models; x (K, B, N, n_in), or (B, N, n_in) with ``shared_input``.
+
+    Models whose PE acts on the input (learned, sinusoids, random, none) take `explicit_forward`
+    (batched matrix products over the model axis, fused attention); attention PEs (relative, RoPE)
+    take vmap over functional_call, which supports any module but is slower on CPU.
+    """
+    if all(b.attn.pe is None for b in base.blocks):
+        K = next(iter(stack.params.values())).shape[0]
+        if shared_input:
+            x = x.expand(K, *x.shape)
+        return explicit_forward(base, stack, x)
+
+    def one(p, b, xx):
+        return functional_call(base, (p, b), (xx,))
+
+    return vmap(one, in_dims=(0, 0, None if shared_input else 0), randomness="different")(stack.params, stack.buffers, x)
+
+
+def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """x (K, ..., in), w (K, out, in), b (K, out) -> (K, ..., out): one batched matmul."""
+    K, *mid, n_in = x.shape
+    y = torch.baddbmm(b.unsqueeze(1), x.reshape(K, -1, n_in), w.transpose(1, 2))  # (K, M, out)
+    return y.view(K, *mid, w.shape[1])
+
+
+def _layer_norm(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    K = x.shape[0]
+    shape = (K,) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+    return F.layer_norm(x, x.shape[-1:]) * w.view(shape) + b.view(shape)
+
+
+def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
+    """`PETransformer.forward` for K stacked models written with a model axis; x (K, B, N, n_in)."""
+    P = {**stack.buffers, **stack.params}
+    cfg = base.cfg
+    p_drop = cfg.dropout if base.training else 0.0
+
+    def drop(t: Tensor) -> Tensor:
+        return F.dropout(t, p_drop) if p_drop > 0 else t
+
+    def add_pe(h: Tensor, table: Tensor) -> Tensor:  # table (K, N, d) on the last N tokens
+        n = table.shape[1]
+        if h.shape[2] == n:
+            return h + table.unsqueeze(1)
+        return torch.cat([h[:, :, :-n], h[:, :, -n:] + table.unsqueeze(1)], dim=2)
+
+    K, B = x.shape[:2]
+    h = _linear(x, P["embed.weight"], P["embed.bias"])  # (K, B, N, d)
+    if base.cls is not None:
+        h = torch.cat([P["cls"].expand(K, B, 1, -1), h], dim=2)  # (K, B, 1 + N, d)
+    if base.pe is not None and "pe.table" in P:
+        h = add_pe(h, P["pe.table"])
+    h = drop(h)
+    T, C = h.shape[2], h.shape[3]
+    nh = cfg.n_heads
+    for i, block in enumerate(base.blocks):
+        pre = f"blocks.{i}."
+        if block.pe is not None and pre + "pe.table" in P:
+            h = drop(add_pe(h, P[pre + "pe.table"]))
+
+        def attn(z: Tensor) -> Tensor:
+            q, k, v = _linear(z, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]).split(C, dim=-1)
+            q = q.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
+            k = k.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
+            v = v.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
+            y = y.transpose(1, 2).reshape(K, B, T, C)  # (K, B, T, C)
+            return _linear(y, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"])
+
+        def mlp(z: Tensor) -> Tensor:
+            z = F.gelu(_linear(z, P[pre + "mlp.fc.weight"], P[pre + "mlp.fc.bias"]))
+            return _linear(drop(z), P[pre + "mlp.proj.weight"], P[pre + "mlp.proj.bias"])
+
+        ln1 = (P[pre + "ln1.weight"], P[pre + "ln1.bias"])
+        ln2 = (P[pre + "ln2.weight"], P[pre + "ln2.bias"])
+        if block.pre_ln:
+            h = h + drop(attn(_layer_norm(h, *ln1)))
+            h = h + drop(mlp(_layer_norm(h, *ln2)))
+        else:
+            h = _layer_norm(h + drop(attn(h)), *ln1)
+            h = _layer_norm(h + drop(mlp(h)), *ln2)
+    if "ln_f.weight" in P:
+        h = _layer_norm(h, P["ln_f.weight"], P["ln_f.bias"])
+    out = h[:, :, 0] if base.cls is not None else h[:, :, -1]  # (K, B, d)
+    return _linear(out, P["head.weight"], P["head.bias"])  # (K, B, n_classes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimisers on stacked tensors (the maths of torch.optim.AdamW / SGD, single-tensor path)
+
+
+class StackedOptimizer:
+    """AdamW or SGD over stacked parameters with per-member lr / weight decay / momentum (K,)."""
+
+    def __init__(self, stack: Stack, cfgs: Sequence[TrainConfig], device: torch.device):
+        self.name = cfgs[0].optim.name
+        self.stack = stack
+        self.lr = torch.tensor([c.optim.lr for c in cfgs], dtype=torch.float32, device=device)
+        self.wd = torch.tensor([c.optim.weight_decay for c in cfgs], dtype=torch.float32, device=device)
+        self.momentum = torch.tensor([c.optim.momentum for c in cfgs], dtype=torch.float32, device=device)
+        self.t = 0  # optimizer steps taken (same for every member of a group)
+        self.state: dict[str, dict[str, Tensor]] = {}
+
+    @staticmethod
+    def _k(v: Tensor, like: Tensor) -> Tensor:
+        return v.view(-1, *([1] * (like.dim() - 1)))  # (K,) -> (K, 1, ..., 1)
+
+    @torch.no_grad()
+    def step(self, grads: dict[str, Tensor]) -> None:
+        self.t += 1
+        for name, p in self.stack.params.items():
+            g = grads[name]
+            lr, wd = self._k(self.lr, p), self._k(self.wd, p)
+            if self.name == "adamw":
+                st = self.state.setdefault(name, {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)})
+                p.mul_(1 - lr * wd)
+                st["exp_avg"].lerp_(g, 1 - BETAS[0])
+                st["exp_avg_sq"].mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
+                bc1 = 1 - BETAS[0] ** self.t
+                bc2_sqrt = math.sqrt(1 - BETAS[1] ** self.t)
+                denom = (st["exp_avg_sq"].sqrt() / bc2_sqrt).add_(EPS)
+                p.sub_((lr / bc1) * st["exp_avg"] / denom)
+            else:  # sgd (dampening 0, no nesterov), as torch.optim.SGD
+                d_p = g + wd * p
+                if name not in self.state:
+                    self.state[name] = {"momentum_buffer": d_p.clone()}
+                else:
+                    buf = self.state[name]["momentum_buffer"]
+                    buf.mul_(self._k(self.momentum, p)).add_(d_p)
+                p.sub_(lr * self.state[name]["momentum_buffer"])
+
+    def member_optimizer(self, model: torch.nn.Module, cfg: TrainConfig, k: int) -> torch.optim.Optimizer:
+        """A torch optimizer for member k's model holding member k's state (for its checkpoint)."""
+        opt = make_optimizer(model, cfg)
+        for name, p in model.named_parameters():
+            if name not in self.state:
+                continue
+            st = {key: v[k].detach().clone().cpu() for key, v in self.state[name].items()}
+            if self.name == "adamw":
+                st["step"] = torch.tensor(float(self.t))
+            opt.state[p] = st
+        return opt
+
+    def load_member(self, k: int, opt_state: dict[str, Any], names: list[str]) -> None:
+        """Copy member k's state from a torch optimizer ``state_dict()`` (param i = names[i])."""
+        for i, name in enumerate(names):
+            st = opt_state["state"].get(i, opt_state["state"].get(str(i)))
+            if not st:
+                continue
+            p = self.stack.params[name]
+            keys = ("exp_avg", "exp_avg_sq") if self.name == "adamw" else ("momentum_buffer",)
+            dst = self.state.setdefault(name, {key: torch.zeros_like(p) for key in keys})
+            for key in keys:
+                dst[key][k] = st[key].to(p.device, p.dtype)
+            if self.name == "adamw":
+                self.t = int(float(st["step"]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation of all members at once
+
+
+@torch.no_grad()
+def ensemble_split_metrics(base: PETransformer, stack: Stack, split: Split, prefix: str,
+                           batch_size: int = 2048, amp: Any = None) -> list[dict[str, float]]:
+    """`trainers.evaluate.split_metrics` for each member: acc, loss, acc per level."""
+    from trainers.tasks.lst import LEVELS
+
+    if len(split) == 0:
+        return [{} for _ in range(next(iter(stack.params.values())).shape[0])]
+    base.eval()
+    correct, losses = [], []
+    for i in range(0, len(split), batch_size):
+        with amp or nullcontext():
+            logits = ensemble_forward(base, stack, split.x[i : i + batch_size], shared_input=True).float()  # (K, b, C)
+        y = split.y[i : i + batch_size]
+        correct.append(logits.argmax(-1) == y)  # (K, b)
+        losses.append(F.cross_entropy(logits.transpose(1, 2), y.expand(logits.shape[0], -1), reduction="none").sum(1))
+    base.train()
+    correct_t = torch.cat(correct, dim=1).float()  # (K, M)
+    acc = correct_t.mean(1).tolist()
+    loss = (torch.stack(losses).sum(0) / len(split)).tolist()
+    per_level = {}
+    for i, name in enumerate(LEVELS):
+        mask = split.levels == i
+        if mask.any():
+            per_level[name.lower()] = correct_t[:, mask].mean(1).tolist()
+    out = []
+    for k in range(len(acc)):
+        m = {f"{prefix}_acc": acc[k], f"{prefix}_loss": loss[k]}
+        m.update({f"{prefix}_acc_{lvl}": v[k] for lvl, v in per_level.items()})
+        out.append(m)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+@dataclass
+class _Member:
+    index: int
+    cfg: TrainConfig
+    out: Path
+    model: PETransformer
+    resume: dict[str, Any] | None
+
+
+def train_ensemble(
+    cfgs: Sequence[TrainConfig],
+    out_dirs: Sequence[str | os.PathLike],
+    *,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+    max_group: int | None = None,
+    compile: bool = False,
+    amp: bool = False,
+) -> list[dict[str, float]]:
+    """Train (or resume, or report finished) one run per (cfg, out_dir); return each run's last metrics.
+
+    max_group: at most this many members per batched group (memory); compile: ``torch.compile`` the
+    batched training step; amp: bf16 autocast (CUDA only; ignored on CPU).
+    """
+    if len(cfgs) != len(out_dirs):
+        raise InputError(f"train_ensemble: {len(cfgs)} configs but {len(out_dirs)} run folders")
+    if not cfgs:
+        raise InputError("train_ensemble: no runs given")
+    outs = [Path(o) for o in out_dirs]
+    if len({o.resolve() for o in outs}) != len(outs):
+        raise InputError("train_ensemble: two members share a run folder; give each its own")
+    if max_group is not None and max_group < 1:
+        raise InputError(f"--ensemble-max must be >= 1, got {max_group}")
+    log = log or (lambda s: print(s, flush=True))
+    results: list[dict[str, float] | None] = [None] * len(cfgs)
+    gt = ground_truth(cfgs[0].task)
+
+    groups: dict[tuple[str, int], list[_Member]] = {}
+    for i, (cfg, out) in enumerate(zip(cfgs, outs)):
+        validate(cfg)
+        seed_everything(cfg.seed)  # the same init as `train`
+        model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords))
+        resume = prepare_run_dir(cfg, out, force)
+        if resume is not None and resume["epoch"] >= cfg.optim.epochs:
+            log(f"{out}: run already finished at epoch {resume['epoch']}")
+            results[i] = dict(resume["metrics"])
+            continue
+        start = resume["epoch"] if resume is not None else 0
+        groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume))
+
+    for members in groups.values():
+        size = max_group or len(members)
+        for j in range(0, len(members), size):
+            for m, metrics in zip(members[j : j + size], _train_group(members[j : j + size], gt, log, compile, amp)):
+                results[m.index] = metrics
+    return [r if r is not None else {} for r in results]
+
+
+def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], compile: bool, amp: bool) -> list[dict[str, float]]:
+    cfg0 = members[0].cfg
+    K = len(members)
+    device = resolve_device(cfg0.device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp and device.type == "cuda" else None
+
+    for m in members:
+        m.model.to(device)
+        if m.resume is not None:
+            m.model.load_state_dict(m.resume["model"])
+    names = [n for n, _ in members[0].model.named_parameters()]
+    stack = Stack.of([m.model for m in members])
+    opt = StackedOptimizer(stack, [m.cfg for m in members], device)
+    start_epoch, step, elapsed = 0, 0, [0.0] * K
+    metrics: list[dict[str, float]] = [{} for _ in members]
+    for k, m in enumerate(members):
+        if m.resume is not None:
+            opt.load_member(k, m.resume["optimizer"], names)
+            start_epoch, step = m.resume["epoch"], m.resume["step"]
+            metrics[k] = dict(m.resume["metrics"])
+            elapsed[k] = float(m.resume.get("elapsed_s", 0.0))
+            _trim_metrics(m.out / METRICS_FILE, start_epoch)
+    if start_epoch:
+        log(f"ensemble of {K}: resuming from epoch {start_epoch} (step {step})")
+    base = template_model(members[0].model)
+
+    splits = {name: encode_split(ps, device) for name, ps in load_splits(cfg0).items()}
+    train_split = splits["train"]
+    n_train = len(train_split)
+    if n_train == 0:
+        raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
+
+    def loss_fn(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
+        with autocast or nullcontext():
+            logits = ensemble_forward(base, Stack(params, stack.buffers), xb).float()  # (K, b, C)
+        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)  # (K,)
+
+    step_loss = torch.compile(loss_fn) if compile else loss_fn
+
+    def checkpoint(epoch: int) -> None:
+        now = time.time() - t0
+        with torch.no_grad():
+            for k, m in enumerate(members):
+                for name, p in m.model.named_parameters():
+                    p.copy_(stack.params[name][k])
+                optimizer = opt.member_optimizer(m.model, m.cfg, k)
+                payload = make_payload(m.model, m.cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics[k], optimizer=optimizer)
+                payload["elapsed_s"] = elapsed[k] + now
+                save_checkpoint(payload, m.out / CKPT_DIR / f"step-{step:08d}.pt")
+                save_checkpoint(payload, m.out / LAST)
+
+    epochs, bs = cfg0.optim.epochs, cfg0.optim.batch_size
+    params = list(stack.params.values())
+    base.train()
+    t0 = time.time()
+    for epoch in range(start_epoch, epochs):
+        # per-member data order from (seed, epoch), as in `train`; one global RNG seed for dropout
+        perms = torch.stack([torch.randperm(n_train, generator=torch.Generator().manual_seed(epoch_seed(m.cfg.seed, epoch)))
+                             for m in members]).to(device)  # (K, n_train)
+        torch.manual_seed(epoch_seed(cfg0.seed, epoch))
+        for i in range(0, n_train, bs):
+            idx = perms[:, i : i + bs]  # (K, b)
+            losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
+            grads = torch.autograd.grad(losses.sum(), params)
+            opt.step(dict(zip(stack.params, grads)))
+            step += 1
+
+        done = epoch + 1
+        last = done == epochs
+        if done % cfg0.eval_every == 0 or last:
+            metrics = [{} for _ in members]
+            for name, split in splits.items():
+                for k, mk in enumerate(ensemble_split_metrics(base, stack, split, name, amp=autocast)):
+                    metrics[k].update(mk)
+            now = time.time() - t0
+            for k, m in enumerate(members):
+                line = {"epoch": done, "step": step, "time": round(elapsed[k] + now, 3), **metrics[k]}
+                with open(m.out / METRICS_FILE, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+            ood = torch.tensor([mk.get("ood_acc", float("nan")) for mk in metrics])
+            log(f"ensemble of {K}: epoch {done}/{epochs} step {step}: train_loss mean "
+                f"{sum(mk['train_loss'] for mk in metrics) / K:.4f}  ood_acc min/mean/max "
+                f"{ood.min():.3f}/{ood.mean():.3f}/{ood.max():.3f}")
+        if done % cfg0.ckpt_every == 0 or last:
+            checkpoint(done)
+    return metrics
+
+
+def member_name(cfg: TrainConfig) -> str:
+    """Run-folder name of a member: ``<pe>_sigma<σ>_lr<lr>_seed<seed>``."""
+    return f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `pe-probe train lst --ensemble-seeds ...` or trainers.ensemble.train_ensemble")
