@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--reference", metavar="SPEC")
     c.add_argument("--force", action="store_true")
+    c.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="ray: analyse each source in a Ray task, on this machine or a cluster (extra `ray`)")
+    c.add_argument("--address", metavar="auto|HOST:PORT",
+                   help="with --backend ray: join a running Ray cluster (default: start a local instance)")
 
     for name, text in (("train", "train a model on a task and write checkpoints (see pe-probe train --help)"),
                        ("evaluate", "accuracy per difficulty level (or MSE) of a checkpoint on a data file"),
@@ -251,7 +255,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,
                                      n_boot=args.n_boot, seed=args.seed, reference=args.reference,
                                      **({"layer": args.layer} if args.layer is not None else {})),
-                 force=args.force)
+                 force=args.force, backend=args.backend, address=args.address)
     print(f"compared {len(df)} sources; table and figures in {args.out}/ (compare.csv, index.html)")
     return 0
 

@@ -118,9 +118,60 @@ def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
     return analyze_source(path, ground_truth, **analyze_kwargs)
 
 
+def _analyze_in_order(paths: Sequence[Path], ground_truth, analyze_kwargs: dict, backend: str,
+                      address: str | None, window: int | None = None):
+    """Yield the analysis result of each path, in order: here (``local``) or as Ray tasks (``ray``).
+
+    With Ray at most ``window`` analyses are in flight (default 4x the cluster's CPUs), so memory
+    stays bounded over thousands of checkpoints; the paths must be readable on every node.
+    """
+    if backend == "local":
+        for p in paths:
+            yield _analyze_one(p, ground_truth, analyze_kwargs)
+        return
+    if backend != "ray":
+        raise InputError(f"unknown compare backend {backend!r}; choose local or ray")
+    try:
+        import ray
+    except ImportError:
+        raise InputError('the ray backend needs Ray: pip install -e ".[ray]"') from None
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, **({"include_dashboard": False} if address is None else {}))
+        started = True
+    try:
+        task = ray.remote(_analyze_ray_task).options(num_cpus=1, max_retries=2)
+        window = window or max(4, 4 * int(ray.cluster_resources().get("CPU", 1)))
+        refs: list = []
+        nxt = 0
+        for i in range(len(paths)):
+            while nxt < len(paths) and nxt < i + window:
+                refs.append(task.remote(str(paths[nxt]), ground_truth, analyze_kwargs))
+                nxt += 1
+            result = ray.get(refs[i])
+            refs[i] = None  # let the object store free it
+            if isinstance(result, BaseException):
+                raise result
+            yield result
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _analyze_ray_task(path: str, ground_truth, analyze_kwargs: dict):
+    """One analysis in a Ray worker, single-threaded; an InputError is returned so it keeps its type."""
+    from threadpoolctl import threadpool_limits
+
+    try:
+        with threadpool_limits(1):
+            return _analyze_one(Path(path), ground_truth, analyze_kwargs)
+    except InputError as exc:
+        return exc
+
+
 def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, by: str | None = None,
             ground_truth=None, analyze_kwargs: dict | None = None, force: bool = False, progress: bool = True,
-            formats: Sequence[str] = ("png", "pdf")):
+            formats: Sequence[str] = ("png", "pdf"), backend: str = "local", address: str | None = None):
     """Analyse each source and write a comparison report to ``out_dir``; return the tidy per-source frame.
 
     Parameters
@@ -134,6 +185,11 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     force : replace a non-empty folder that is not a previous pe-probe output.
     progress : show a tqdm bar (only when stderr is a terminal).
     formats : static figure formats.
+    backend : ``"local"`` analyses here, one after another; ``"ray"`` runs each analysis as a Ray task
+        (one CPU each) and collects the results in order (extra ``ray``; sources must be readable on
+        every node).
+    address : with ``backend="ray"``: ``None`` starts a local Ray instance (or uses an initialised
+        one), ``"auto"`` or ``"HOST:PORT"`` joins a running cluster.
 
     Raises `InputError` (one line) for sources with different numbers of positions or ground truths,
     an unknown ``by`` key, or an unusable output folder.
@@ -143,6 +199,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
 
     from pe_probe.output import check_out_dir, staged_dir
 
+    if backend not in ("local", "ray"):
+        raise InputError(f"unknown compare backend {backend!r}; choose local or ray")
     out_dir = check_out_dir(out_dir, force)  # refuse before any work
     expanded, trajectory = expand_sources(sources)
     kwargs = dict(analyze_kwargs or {})
@@ -152,8 +210,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     traj_method: str | None = None
     first = None  # (label, n, coords) of the first source
     bar = tqdm(expanded, desc="compare", unit="source", disable=not progress or not sys.stderr.isatty())
-    for src in bar:
-        result = _analyze_one(src.path, ground_truth, kwargs)
+    results = _analyze_in_order([s.path for s in expanded], ground_truth, kwargs, backend, address)
+    for src, result in zip(bar, results):
         n, coords = result.n_positions, np.asarray(result.coords, dtype=np.float64)
         if first is None:
             first = (src.label, n, coords)
@@ -175,6 +233,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
             if traj_method is not None:
                 traj_embeddings.append(np.asarray(result.raw_embeddings[traj_method], dtype=np.float64))
         del result
+    results.close()  # stops a Ray instance started for this call (on an error: when the generator is freed)
     frame = pd.DataFrame(rows)
     if trajectory and frame["step"].isna().any():
         frame["step"] = frame["step"].fillna(pd.Series(range(len(frame)), dtype=float))
