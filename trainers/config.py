@@ -199,3 +199,155 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(_int(cfg.eval_every) and cfg.eval_every >= 1, f"--eval-every must be >= 1, got {cfg.eval_every!r}")
     _check(_int(cfg.ckpt_every) and cfg.ckpt_every >= 1, f"--ckpt-every must be >= 1, got {cfg.ckpt_every!r}")
     return cfg
+
+
+# ----------------------------------------------------------------------------------------------
+# Masked-prediction tasks (netsim, brain): their own config tree, so the LST config (and the
+# config.json of existing LST runs) is untouched. Same model / PE / optimiser dataclasses.
+
+MASKED_TASKS = ("netsim", "brain")
+
+
+@dataclass
+class NetsimDataConfig:
+    """`trainers.tasks.netsim`: layout, wiring, dynamics, data sizes, masking. One seed fixes it all."""
+
+    n_nodes: int = 64
+    dim: int = 2  # 2 or 3 (grid / random layouts)
+    layout: str = "grid"  # "grid" | "random" | "file"
+    coords_file: str | None = None  # N x k coordinates for layout "file"
+    length_scale: float = 1.5  # kernel exp(-d / length_scale) for edge probability and weight
+    p_connect: float = 0.8  # edge probability at distance 0
+    spectral_radius: float = 0.9
+    tau: float = 1.0
+    dt: float = 0.05  # Euler-Maruyama step
+    sample_every: int = 4  # integration steps per sample
+    burn_in: int = 200  # steps discarded at the start of each trajectory
+    window: int = 16  # samples per token
+    noise: float = 0.5  # training noise level
+    ood_noise: float = 1.0  # held-out noise level (never seen in training)
+    n_train: int = 4000
+    n_test: int = 500
+    mask_train: float = 0.5
+    mask_test: float = 0.5
+    mask_ood: float = 0.9
+    seed: int = 0
+
+
+@dataclass
+class BrainDataConfig:
+    """`trainers.tasks.brain`: windows, leave-subjects-out split, masking."""
+
+    window: int = 20  # TRs per token (0.72 s each)
+    stride: int = 10  # training windows; held-out windows do not overlap
+    test_subjects: str = ""  # comma-separated ids; "" = the last n_test_subjects in sorted order
+    n_test_subjects: int = 2
+    mask_train: float = 0.5
+    mask_test: float = 0.5
+    mask_ood: float = 0.9  # the study's test: 90% of regions masked on held-out subjects
+    seed: int = 0
+
+
+MASKED_DATA = {"netsim": NetsimDataConfig, "brain": BrainDataConfig}
+
+
+@dataclass
+class MaskedTrainConfig:
+    """Config of a masked-prediction run; ``data`` is the task's data config."""
+
+    task: str = "netsim"
+    seed: int = 0
+    preset: str = "quick"
+    device: str = "cpu"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    pe: PEConfig = field(default_factory=PEConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: Any = field(default_factory=NetsimDataConfig)
+    eval_every: int = 5
+    ckpt_every: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MaskedTrainConfig":
+        if not isinstance(d, dict) or d.get("task") not in MASKED_TASKS:
+            raise InputError(f"config: task must be one of {', '.join(MASKED_TASKS)}")
+        d = dict(d)
+        data = _from_dict(MASKED_DATA[d["task"]], d.pop("data", {}), ".data")
+        cfg = _from_dict(cls, d, "")
+        cfg.data = data
+        return cfg
+
+
+_MASKED_COMMON = {
+    # CPU-tiny: 2 layers, 1 head, d 32, a PE table at every layer's input (as the LST presets).
+    "quick": {"model.d_model": 32, "model.n_layers": 2, "model.mlp_ratio": 2.0, "pe.every_layer": True,
+              "optim.lr": 2e-3, "optim.batch_size": 64},
+    # The study's model size (4 layers, 1 head, d 160, MLP 640, lr 1e-4); epochs are our choice.
+    "paper": {"model.d_model": 160, "model.n_layers": 4, "model.mlp_ratio": 4.0, "pe.every_layer": True,
+              "optim.lr": 1e-4, "optim.batch_size": 128},
+}
+MASKED_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "netsim": {
+        "quick": {**_MASKED_COMMON["quick"], "optim.epochs": 10, "data.n_train": 2000, "data.n_test": 400,
+                  "eval_every": 5, "ckpt_every": 5},
+        "paper": {**_MASKED_COMMON["paper"], "optim.epochs": 300, "data.n_train": 20000, "data.n_test": 2000,
+                  "eval_every": 10, "ckpt_every": 50},
+    },
+    "brain": {
+        # d_model 36: divisible by 6, as the 3D sinusoid (sin3d) needs
+        "quick": {**_MASKED_COMMON["quick"], "model.d_model": 36, "optim.epochs": 40, "eval_every": 10, "ckpt_every": 20},
+        "paper": {**_MASKED_COMMON["paper"], "optim.epochs": 2000, "eval_every": 50, "ckpt_every": 250},
+    },
+}
+
+
+def make_masked_config(task: str, preset: str = "quick", overrides: dict[str, Any] | None = None) -> MaskedTrainConfig:
+    """Defaults, then the task's preset, then explicit overrides (dotted keys; None values skipped)."""
+    if task not in MASKED_TASKS:
+        raise InputError(f"unknown masked task {task!r}; choose one of {', '.join(MASKED_TASKS)}")
+    if preset not in MASKED_PRESETS[task]:
+        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(MASKED_PRESETS[task])}")
+    cfg = MaskedTrainConfig(task=task, preset=preset, data=MASKED_DATA[task]())
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key, value in {**MASKED_PRESETS[task][preset], **given}.items():
+        set_dotted(cfg, key, value)
+    validate_masked(cfg)
+    return cfg
+
+
+def _ratio(x: Any) -> bool:
+    return _finite(x) and 0 < x < 1
+
+
+def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
+    """Check a masked-task config; shared model / PE / optimiser checks come from `validate`."""
+    _check(cfg.task in MASKED_TASKS, f"unknown task {cfg.task!r}; choose one of {', '.join(MASKED_TASKS)}")
+    _check(isinstance(cfg.data, MASKED_DATA[cfg.task]), f"data config of task {cfg.task!r} has the wrong type")
+    # reuse the LST validator for everything but task and data
+    shadow = TrainConfig(task="lst", seed=cfg.seed, preset=cfg.preset, device=cfg.device, model=cfg.model,
+                         pe=cfg.pe, optim=cfg.optim, eval_every=cfg.eval_every, ckpt_every=cfg.ckpt_every)
+    validate(shadow)
+    d = cfg.data
+    for name in ("mask_train", "mask_test", "mask_ood"):
+        _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
+    _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
+    if cfg.task == "netsim":
+        _check(_int(d.n_nodes) and d.n_nodes >= 4, f"--n-nodes must be >= 4, got {d.n_nodes!r}")
+        _check(d.dim in (2, 3), f"--dim must be 2 or 3, got {d.dim!r}")
+        _check(d.layout in ("grid", "random", "file"), f"--layout must be grid, random or file, got {d.layout!r}")
+        _check(d.layout != "file" or isinstance(d.coords_file, str), "--layout file needs --coords-file FILE")
+        for name in ("length_scale", "p_connect", "spectral_radius", "tau", "dt", "noise", "ood_noise"):
+            _check(_finite(getattr(d, name)) and getattr(d, name) > 0, f"data.{name} must be a finite number > 0")
+        _check(d.p_connect <= 1, f"data.p_connect must be <= 1, got {d.p_connect!r}")
+        _check(d.dt <= 0.2 * d.tau, f"data.dt must be <= 0.2 * tau for a stable Euler-Maruyama scheme, got {d.dt!r}")
+        for name in ("sample_every", "window", "n_train", "n_test"):
+            _check(_int(getattr(d, name)) and getattr(d, name) >= 1, f"data.{name} must be an integer >= 1")
+        _check(_int(d.burn_in) and d.burn_in >= 0, f"data.burn_in must be an integer >= 0, got {d.burn_in!r}")
+    else:
+        _check(_int(d.window) and d.window >= 2, f"--window must be an integer >= 2, got {d.window!r}")
+        _check(_int(d.stride) and d.stride >= 1, f"--stride must be an integer >= 1, got {d.stride!r}")
+        _check(isinstance(d.test_subjects, str), "--test-subjects must be comma-separated subject ids")
+        _check(_int(d.n_test_subjects) and d.n_test_subjects >= 1, f"--n-test-subjects must be >= 1, got {d.n_test_subjects!r}")
+    return cfg

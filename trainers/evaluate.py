@@ -86,6 +86,9 @@ def evaluate_checkpoint(
 ) -> dict[str, float]:
     """Accuracy overall and per level (keys ``acc``, ``acc_binary``, ..., ``loss``, ``n``).
 
+    netsim / brain checkpoints: MSE per split instead (``test_mse``, ``ood_mse``, ...; see
+    `trainers.train_masked.evaluate_masked_checkpoint`).
+
     ``puzzles``: a study-format CSV; default: the checkpoint's own OOD set, regenerated from its
     data config (or re-read from its ``data.ood_puzzles`` file).
     """
@@ -94,6 +97,15 @@ def evaluate_checkpoint(
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
+    task = ckpt["config"].get("task") if isinstance(ckpt.get("config"), dict) else None
+    if task in ("netsim", "brain"):  # masked-prediction tasks: MSE per split (trainers.train_masked)
+        from trainers.train_masked import evaluate_masked_checkpoint
+
+        if puzzles is not None:
+            from pe_probe.errors import InputError
+
+            raise InputError(f"--puzzles applies to the Latin Square Task only; {path} is a {task} checkpoint")
+        return evaluate_masked_checkpoint(path, device=device)
     model, cfg = model_from_checkpoint(ckpt, dev)
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     m = split_metrics(model, encode_split(ps, dev), "x")

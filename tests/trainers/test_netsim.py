@@ -1,0 +1,135 @@
+"""Network simulation task: geometry in the activity, reproducibility, speed, training, checkpoints."""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from trainers.checkpoint import load_checkpoint
+from trainers.config import MaskedTrainConfig, make_masked_config
+from trainers.evaluate import evaluate_checkpoint
+from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
+from trainers.tasks.netsim import activity_geometry, build_network, node_layout, simulate_windows
+from trainers.train_masked import random_masks, train_masked
+
+torch.set_num_threads(1)
+
+
+def tiny(**over):
+    base = {"model.d_model": 16, "optim.epochs": 2, "optim.batch_size": 32, "data.n_train": 96, "data.n_test": 32,
+            "eval_every": 1, "ckpt_every": 1}
+    base.update(over)
+    return make_masked_config("netsim", "quick", base)
+
+
+@pytest.mark.parametrize("dim,layout", [(2, "grid"), (3, "grid"), (2, "random"), (3, "random")])
+def test_geometry_is_in_the_simulated_activity(dim, layout):
+    gt = node_layout(layout, 64, dim, seed=0)
+    net = build_network(gt, seed=0)
+    act = simulate_windows(net, 400, window=16, noise=0.5, seed=1)
+    g = activity_geometry(act, gt.coords)
+    assert g["fc_distance_spearman"] < -0.35  # nearby nodes co-vary: the layout is recoverable in principle
+    assert g["fc_nearest_mean"] > 1.5 * g["fc_all_mean"]
+
+
+def test_pe_probe_analyze_recovers_the_layout_from_the_activity_table():
+    from pe_probe.analysis import analyze
+
+    gt = node_layout("grid", 64, 2)
+    act = simulate_windows(build_network(gt), 300, window=16, seed=2)  # (M, N, T)
+    table = act.transpose(1, 0, 2).reshape(64, -1)  # node x time
+    table = (table - table.mean(1, keepdims=True)) / table.std(1, keepdims=True)
+    r = analyze(table, gt, pe_metric="correlation", methods="pca", n_perm=99, n_boot=0, n_null=3)
+    assert r.metrics["rsa_spearman"] > 0.3 and r.metrics["rsa_p"] <= 0.01
+
+
+def test_simulation_is_seeded_and_directed():
+    gt = node_layout("random", 27, 3, seed=5)
+    assert np.array_equal(gt.coords, node_layout("random", 27, 3, seed=5).coords)
+    a, b = build_network(gt, seed=3), build_network(gt, seed=3)
+    assert np.array_equal(a.W, b.W) and not np.allclose(a.W, a.W.T)
+    assert np.isclose(np.abs(np.linalg.eigvals(a.W)).max(), 0.9)
+    x1 = simulate_windows(a, 50, window=8, seed=4)
+    assert np.array_equal(x1, simulate_windows(b, 50, window=8, seed=4))
+    assert not np.array_equal(x1, simulate_windows(a, 50, window=8, seed=5))
+
+
+def test_simulation_is_vectorised_and_fast():
+    net = build_network(node_layout("grid", 64, 2))
+    t = time.perf_counter()
+    x = simulate_windows(net, 4000, window=16, seed=0)
+    assert x.shape == (4000, 64, 16) and np.isfinite(x).all()
+    assert time.perf_counter() - t < 20  # ~1-2 s on one core; generous for a busy machine
+
+
+def test_layout_errors_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="square"):
+        node_layout("grid", 60, 2)
+    with pytest.raises(InputError, match="coordinate file"):
+        node_layout("file")
+    f = tmp_path / "c.csv"
+    np.savetxt(f, np.random.default_rng(0).random((10, 3)), delimiter=",")
+    assert node_layout("file", coords_file=str(f)).coords.shape == (10, 3)
+
+
+def test_masks_and_loss():
+    m = random_masks(5, 10, 0.9, torch.Generator().manual_seed(0))
+    assert (m.sum(1) == 9).all()
+    x = torch.randn(5, 10, 4)
+    inp = masked_input(x, m)
+    assert inp.shape == (5, 10, 5) and (inp[..., :4][m] == 0).all() and (inp[..., 4] == m.float()).all()
+    assert masked_mse(x, x, m) == 0
+
+
+def test_masked_model_shapes_and_pe_tables():
+    cfg = tiny(**{"pe.kind": "sin2d"})
+    model = MaskedPETransformer(cfg.model, cfg.pe, torch.as_tensor(node_layout("grid", 16, 2).coords), 9, 8)
+    assert model(torch.randn(3, 16, 9)).shape == (3, 16, 8)
+    assert model.pe_param_names() == ["blocks.0.pe.table", "blocks.1.pe.table"]
+
+
+def test_config_round_trip_and_lst_untouched():
+    cfg = tiny()
+    assert MaskedTrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(InputError):
+        make_masked_config("netsim", "quick", {"data.mask_ood": 1.0})
+    from trainers.config import make_config
+
+    assert "n_nodes" not in make_config("quick").to_dict()["data"]
+
+
+def test_tiny_run_trains_writes_a_checkpoint_that_analyze_reads(tmp_path):
+    run = tmp_path / "run"
+    m = train_masked(tiny(), run, log=lambda s: None)
+    for key in ("train_mse", "test_mse", "ood_mse", "ood_mse_noise", "ood_mse_zero"):
+        assert np.isfinite(m[key])
+    ck = load_checkpoint(run / "last.pt")
+    assert ck["ground_truth"]["coords"].shape == (64, 2) and ck["ground_truth"]["kind"] == "grid"
+    assert ck["pe_params"] == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    assert len(list((run / "checkpoints").glob("step-*.pt"))) == 2
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    # resume of a finished run returns its metrics; evaluate reproduces them
+    assert train_masked(tiny(), run, log=lambda s: None)["ood_mse"] == pytest.approx(m["ood_mse"])
+    assert evaluate_checkpoint(run / "last.pt")["ood_mse"] == pytest.approx(m["ood_mse"], rel=1e-5)
+    out = subprocess.run([sys.executable, "-m", "pe_probe.cli", "analyze", str(run / "last.pt"), "--json",
+                          "--n-perm", "19", "--n-boot", "0"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    met = json.loads(out.stdout)
+    assert met["n_positions"] == 64 and met["gt_dim"] == 2
+
+
+def test_cli_train_netsim_and_evaluate(tmp_path):
+    from pe_probe.cli import main
+
+    run = tmp_path / "cli"
+    argv = ["train", "netsim", "--out", str(run), "--epochs", "1", "--n-train", "64",
+            "--dim", "3", "--pe", "sin3d", "--d-model", "12"]
+    assert main(argv) == 0
+    assert load_checkpoint(run / "last.pt")["ground_truth"]["coords"].shape == (64, 3)
+    assert main(["evaluate", str(run / "last.pt")]) == 0
+    assert main(["train", "netsim", "--out", str(tmp_path / "bad"), "--stride", "3"]) == 2
