@@ -1,0 +1,6 @@
+"""The Latin Square Task study (Ito et al., arXiv 2406.08272): sweep, per-run analyses, report.
+
+``python -m analyses.lst.sweep``    trains the grid (`grid.py`) through a `runner.Runner`
+``python -m analyses.lst.analyse``  analyses every run (cached per run, beside its checkpoints)
+``python -m analyses.lst.report``   regenerates ``reports/lst/`` from the sweep results
+"""

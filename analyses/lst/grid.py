@@ -1,0 +1,161 @@
+"""Sweep definitions: which runs make up the quick (CPU) and paper (GPU) grids.
+
+A `RunSpec` is one training run: a unique folder name, the trainer preset, dotted config overrides
+(``trainers.config.make_config``) and descriptive tags (group, PE label, sigma, placement, control).
+`build_grid` returns the specs in priority order: the ones the study's main claim needs come first,
+so a sweep stopped early still has the core sigma grid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# The study's sigma grid as used by us: 10 values (``default``) or 0.1..2.0 step 0.1 (``full``).
+SIGMAS_DEFAULT = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0)
+SIGMAS_FULL = tuple(round(0.1 * i, 1) for i in range(1, 21))
+# PE types compared with the learned one (learned-uniform = learned table, uniform init, std 0.1)
+PE_TYPES = ("none", "sin1d", "sin2d", "random", "relative", "rope1d", "rope2d", "learned-uniform")
+CONTROL_SIGMAS = (0.1, 2.0)  # placements and optimiser controls run at a small and a large sigma
+WEIGHT_DECAY = 0.1
+SGD_LR = 0.01  # momentum 0.9; an 8-epoch pilot on the quick preset: 0.01 learns, 0.1 stays at chance
+REFERENCE_PE = "sin2d"  # attention maps are compared with the sin2d run of the same seed
+
+# Per preset: seeds of the sigma grid, seeds of PE types and controls, checkpoints per run.
+PRESET_SETTINGS: dict[str, dict[str, Any]] = {
+    "quick": {"seeds": 2, "type_seeds": 1, "control_seeds": 1, "n_ckpts": 8},
+    "paper": {"seeds": 15, "type_seeds": 15, "control_seeds": 15, "n_ckpts": 8},
+}
+PRESET_EPOCHS = {"quick": 40, "paper": 4000}
+PRESET_EVAL_EVERY = {"quick": 5, "paper": 50}
+
+# dotted config key -> pe-probe train option (booleans become --flag / --no-flag)
+CLI_FLAGS = {
+    "seed": "--seed", "device": "--device",
+    "pe.kind": "--pe", "pe.init": "--pe-init", "pe.init_std": "--pe-init-std", "pe.every_layer": "--pe-every-layer",
+    "model.d_model": "--d-model", "model.n_layers": "--layers", "model.n_heads": "--heads",
+    "optim.name": "--optimizer", "optim.lr": "--lr", "optim.weight_decay": "--weight-decay",
+    "optim.momentum": "--momentum", "optim.batch_size": "--batch-size", "optim.epochs": "--epochs",
+    "eval_every": "--eval-every", "ckpt_every": "--ckpt-every", "data.n_per_level": "--n-per-level",
+}
+
+
+@dataclass
+class RunSpec:
+    """One training run of the sweep."""
+
+    name: str  # folder name under the sweep root, unique in a grid
+    preset: str
+    overrides: dict[str, Any]
+    tags: dict[str, Any] = field(default_factory=dict)  # group, pe, sigma, placement, control, seed
+
+    def train_args(self, out_dir: str) -> list[str]:
+        """Arguments of ``pe-probe train`` for this run (after the program name)."""
+        args = ["train", "lst", "--preset", self.preset, "--out", str(out_dir)]
+        for key, value in self.overrides.items():
+            if key not in CLI_FLAGS:
+                raise ValueError(f"override {key!r} has no pe-probe train option; known: {', '.join(CLI_FLAGS)}")
+            flag = CLI_FLAGS[key]
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args += [flag, str(value)]
+        return args
+
+    def config(self):
+        """The full TrainConfig this run trains with."""
+        from trainers.config import make_config
+
+        return make_config(self.preset, dict(self.overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sig(s: float) -> str:
+    return f"{s:g}"
+
+
+def learned(sigma: float, seed: int, preset: str, base: dict[str, Any], *, every_layer: bool = True,
+            group: str = "sigma", control: str = "none", extra: dict[str, Any] | None = None,
+            init: str = "normal", name: str | None = None, pe_label: str = "learned") -> RunSpec:
+    place = "every" if every_layer else "input"
+    ov = {**base, "pe.kind": "learned", "pe.init": init, "pe.init_std": sigma, "pe.every_layer": every_layer,
+          "seed": seed, **(extra or {})}
+    name = name or f"learned-{place}-s{_sig(sigma)}-seed{seed}"
+    tags = {"group": group, "pe": pe_label, "sigma": sigma, "placement": place, "control": control, "seed": seed}
+    return RunSpec(name, preset, ov, tags)
+
+
+def pe_type(kind: str, seed: int, preset: str, base: dict[str, Any]) -> RunSpec:
+    if kind == "learned-uniform":
+        return learned(0.1, seed, preset, base, group="pe_type", init="uniform",
+                       name=f"learned_uniform-s0.1-seed{seed}", pe_label="learned-uniform")
+    ov = {**base, "pe.kind": kind, "pe.every_layer": True, "seed": seed}
+    tags = {"group": "pe_type", "pe": kind, "sigma": None, "placement": "every", "control": "none", "seed": seed}
+    return RunSpec(f"{kind}-seed{seed}", preset, ov, tags)
+
+
+def controls(sigma: float, seed: int, preset: str, base: dict[str, Any]) -> list[RunSpec]:
+    return [
+        learned(sigma, seed, preset, base, every_layer=False, group="placement"),
+        learned(sigma, seed, preset, base, group="control", control=f"wd{WEIGHT_DECAY:g}",
+                extra={"optim.weight_decay": WEIGHT_DECAY}, name=f"wd{WEIGHT_DECAY:g}-s{_sig(sigma)}-seed{seed}"),
+        learned(sigma, seed, preset, base, group="control", control="sgd",
+                extra={"optim.name": "sgd", "optim.lr": SGD_LR, "optim.momentum": 0.9},
+                name=f"sgd-s{_sig(sigma)}-seed{seed}"),
+    ]
+
+
+def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "default", seeds: int | None = None,
+               epochs: int | None = None, base_overrides: dict[str, Any] | None = None,
+               include: tuple[str, ...] = ("sigma", "pe_type", "placement", "control")) -> list[RunSpec]:
+    """The sweep's runs in priority order.
+
+    ``sigmas``: "default" (10 values), "full" (0.1..2.0 step 0.1) or a tuple. ``seeds`` overrides the
+    preset's number of seeds for every group. ``epochs`` shortens/lengthens runs (checkpoints are spread
+    to keep ~``n_ckpts`` per run). ``base_overrides``: dotted keys applied to every run (tests use a tiny
+    model). ``include`` picks the groups.
+    """
+    if preset not in PRESET_SETTINGS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_SETTINGS)}")
+    st = PRESET_SETTINGS[preset]
+    sig = {"default": SIGMAS_DEFAULT, "full": SIGMAS_FULL}[sigmas] if isinstance(sigmas, str) else tuple(sigmas)
+    n_seeds = seeds if seeds is not None else st["seeds"]
+    n_type = seeds if seeds is not None else st["type_seeds"]
+    n_ctrl = seeds if seeds is not None else st["control_seeds"]
+    n_epochs = epochs if epochs is not None else PRESET_EPOCHS[preset]
+    ckpt_every = max(1, n_epochs // st["n_ckpts"])
+    # evaluate at least at every checkpoint (so each checkpoint carries fresh metrics), and as often as the preset
+    eval_every = math.gcd(PRESET_EVAL_EVERY[preset], ckpt_every)
+    base: dict[str, Any] = {"optim.epochs": n_epochs, "ckpt_every": ckpt_every, "eval_every": eval_every}
+    base.update(base_overrides or {})
+
+    specs: list[RunSpec] = []
+    for seed in range(max(n_seeds, n_type, n_ctrl)):
+        # priority within a seed: the sigma grid (+ the sin2d reference), then controls, then PE types
+        if seed < n_seeds and "sigma" in include:
+            specs += [learned(s, seed, preset, base) for s in sig]
+        if seed < max(n_seeds, n_type) and ("sigma" in include or "pe_type" in include):
+            specs.append(pe_type(REFERENCE_PE, seed, preset, base))
+        if seed < n_ctrl:
+            for s in CONTROL_SIGMAS:
+                specs += [c for c in controls(s, seed, preset, base) if c.tags["group"] in include]
+        if seed < n_type and "pe_type" in include:
+            specs += [pe_type(k, seed, preset, base) for k in PE_TYPES if k != REFERENCE_PE]
+    # priority: seed 0 of every group first (sigma grid + sin2d, controls, PE types), then the other seeds
+    # in the same order, so a sweep stopped early covers every claim with at least one seed
+    def tier(s: RunSpec) -> tuple[int, int]:
+        g = s.tags["group"]
+        if g == "sigma" or s.tags["pe"] == REFERENCE_PE:
+            t = 0
+        elif g in ("placement", "control"):
+            t = 1
+        else:
+            t = 2
+        return (min(s.tags["seed"], 1), t)
+    specs.sort(key=lambda s: (tier(s), s.tags["seed"]))  # stable: keeps the order within a tier
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)), "duplicate run names in the grid"
+    return specs

@@ -1,0 +1,778 @@
+"""``python -m analyses.lst.report --root runs/lst-sweep``: regenerate ``reports/lst/`` from a sweep.
+
+One command: it analyses every finished run that is not cached yet (`analyses.lst.analyse`), writes
+the tidy tables to ``ROOT/analysis/``, then writes ``reports/lst/README.md`` and its figures (PNG, each
+with the CSV it was drawn from). Every number in the folder comes from this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# The study's reported numbers (DESIGN.md section 6; OOD accuracy on the 108 held-out puzzles, 15 seeds)
+STUDY = {
+    "sin2d": 0.977,
+    "learned s=0.2": 0.956,
+    "learned s=0.1": 0.925,
+    "learned s=1": 0.894,
+    "learned s=2": 0.377,
+    "relative": 0.920,
+    "weight decay": 0.99,
+}
+STUDY_RHO = -0.98
+LEVELS = ("binary", "ternary", "quaternary")
+# (view, layer) pairs shown in the identifiability figures, with labels
+VIEWS = (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "raw table, layer 0"),
+         ("q", "0", "q view, layer 0"), ("k", "0", "k view, layer 0"), ("qk", "0", "qk view, layer 0"),
+         ("kernel", "mean", "attention kernel (mean)"), ("attention", "mean", "attention maps (mean)"))
+CHANCE = 0.25
+
+
+# ---------------------------------------------------------------------------------------------------
+# Statistics
+
+
+def mean_ci(x) -> tuple[float, float, float, int]:
+    """Mean and 95% t confidence interval over seeds; (mean, low, high, n); NaN bounds when n < 2."""
+    from scipy import stats
+
+    a = np.asarray([v for v in x if v is not None and np.isfinite(v)], dtype=float)
+    n = len(a)
+    if n == 0:
+        return (math.nan, math.nan, math.nan, 0)
+    m = float(a.mean())
+    if n < 2:
+        return (m, math.nan, math.nan, 1)
+    h = float(stats.t.ppf(0.975, n - 1) * a.std(ddof=1) / math.sqrt(n))
+    return (m, m - h, m + h, n)
+
+
+def fmt_ci(x, pct: bool = True, digits: int = 1) -> str:
+    m, lo, hi, n = mean_ci(x)
+    if n == 0:
+        return "n/a"
+    f = (lambda v: f"{100 * v:.{digits}f}") if pct else (lambda v: f"{v:.2f}")
+    if n < 2:
+        return f"{f(m)} (n=1)"
+    if pct:  # accuracies: the t interval is clipped to [0, 1]
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+    return f"{f(m)} [{f(lo)}, {f(hi)}] (n={n})"
+
+
+def paired_test(a: pd.Series, b: pd.Series) -> dict[str, Any]:
+    """Paired t-test and Wilcoxon signed-rank test over the seeds both series have."""
+    from scipy import stats
+
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+    n = len(both)
+    out = {"n": n, "mean_diff": float((both.a - both.b).mean()) if n else math.nan, "t_p": math.nan, "wilcoxon_p": math.nan}
+    if n >= 2 and np.any(both.a.values != both.b.values):
+        out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
+        try:
+            out["wilcoxon_p"] = float(stats.wilcoxon(both.a, both.b).pvalue)
+        except ValueError:
+            pass
+    return out
+
+
+def spearman(x, y) -> tuple[float, float, int]:
+    from scipy import stats
+
+    d = pd.DataFrame({"x": x, "y": y}).dropna()
+    if len(d) < 3 or d.x.nunique() < 2 or d.y.nunique() < 2:
+        return (math.nan, math.nan, len(d))
+    r = stats.spearmanr(d.x, d.y)
+    return (float(r.statistic), float(r.pvalue), len(d))
+
+
+def f3(v) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.3g}"
+
+
+def fp(v) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else (f"{v:.2g}" if v >= 0.001 else f"{v:.1e}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data selection
+
+
+def sigma_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[runs.group == "sigma"].copy()
+
+
+def label_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """A human label per run for the PE-type / control tables."""
+    def lab(r):
+        if r.group == "sigma":
+            return f"learned N(0,{r.sigma:g}²), every layer"
+        if r.group == "placement":
+            return f"learned N(0,{r.sigma:g}²), input only"
+        if r.group == "control":
+            kind = "AdamW wd 0.1" if str(r.control).startswith("wd") else "SGD momentum 0.9"
+            return f"learned N(0,{r.sigma:g}²), {kind}"
+        return {"learned-uniform": "learned uniform (std 0.1)"}.get(r.pe, r.pe)
+    out = runs.copy()
+    out["label"] = [lab(r) for r in out.itertuples()]
+    return out
+
+
+def view_rows(ana: pd.DataFrame, view: str, layer: str, last: bool = True) -> pd.DataFrame:
+    sel = (ana.view == view) & (ana.layer.astype(str) == layer)
+    if last:
+        sel &= ana.is_last.astype(bool)
+    return ana[sel]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Figures (each with the CSV it was drawn from)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
+                         "figure.dpi": 110, "savefig.bbox": "tight"})
+    return plt
+
+
+OKABE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+
+
+def _save(fig, df: pd.DataFrame, out: Path, name: str) -> str:
+    fig.savefig(out / f"{name}.png", dpi=110)
+    df.to_csv(out / f"{name}.csv", index=False)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return name
+
+
+def _summary_by_sigma(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    rows = []
+    for s, g in df.groupby("sigma"):
+        row = {"sigma": s, "n_seeds": len(g)}
+        for c in cols:
+            m, lo, hi, _ = mean_ci(g[c])
+            row.update({f"{c}_mean": m, f"{c}_ci_low": lo, f"{c}_ci_high": hi})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _errbar(ax, summ: pd.DataFrame, col: str, label: str, color: str, marker: str = "o", raw: pd.DataFrame | None = None):
+    """Mean over seeds (line), 95% CI (band, where n >= 2) and the single seeds (dots)."""
+    x = summ.sigma.values.astype(float)
+    m = summ[f"{col}_mean"].values
+    lo, hi = summ[f"{col}_ci_low"].values, summ[f"{col}_ci_high"].values
+    ax.plot(x, m, label=label, color=color, marker=marker, ms=3, lw=1)
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if ok.any():
+        ax.fill_between(x, np.where(ok, lo, m), np.where(ok, hi, m), color=color, alpha=0.15, lw=0)
+    if raw is not None and col in raw:
+        ax.scatter(raw.sigma.astype(float), raw[col], s=5, color=color, alpha=0.5, lw=0)
+
+
+def fig_accuracy(sr: pd.DataFrame, out: Path) -> str | None:
+    if sr.empty:
+        return None
+    plt = _plt()
+    summ = _summary_by_sigma(sr, ["train_acc", "test_acc", "ood_acc"])
+    fig, ax = plt.subplots(figsize=(3.4, 2.5))
+    for col, lab, c in (("train_acc", "train", OKABE[2]), ("test_acc", "test (in-distribution)", OKABE[1]),
+                        ("ood_acc", "held-out (OOD)", OKABE[0])):
+        _errbar(ax, summ, col, lab, c, raw=sr)
+    ax.axhline(CHANCE, color="grey", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("σ of the learned PE init")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.legend(frameon=False)
+    ax.set_title("Accuracy vs σ (mean, 95% CI over seeds)")
+    return _save(fig, summ, out, "accuracy_vs_sigma")
+
+
+def fig_levels(sr: pd.DataFrame, out: Path) -> str | None:
+    if sr.empty:
+        return None
+    plt = _plt()
+    cols = [f"ood_acc_{lv}" for lv in LEVELS]
+    summ = _summary_by_sigma(sr, cols)
+    fig, ax = plt.subplots(figsize=(3.4, 2.5))
+    for col, lv, c in zip(cols, LEVELS, OKABE):
+        _errbar(ax, summ, col, lv, c, raw=sr)
+    ax.axhline(CHANCE, color="grey", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("σ of the learned PE init")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.legend(frameon=False, title="difficulty")
+    ax.set_title("Held-out accuracy per difficulty level")
+    return _save(fig, summ, out, "per_level_vs_sigma")
+
+
+def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
+    if ana_sigma.empty:
+        return None
+    plt = _plt()
+    metrics = (("rsa_spearman", "RSA (Spearman)", (-0.5, 1.0)), ("recovery_cmds_r2", "recovery r² (cMDS)", (0, 1.0)),
+               ("ref_shape_distance", "shape distance\nto sin2d (rad)", (0, math.pi / 2)))
+    views = [v for v in VIEWS if not view_rows(ana_sigma, v[0], v[1]).empty]
+    if not views:
+        return None
+    frames = []
+    fig, axes = plt.subplots(len(metrics), len(views), figsize=(1.45 * len(views), 1.3 * len(metrics) + 0.4),
+                             squeeze=False, sharex=True)
+    for i, (mkey, mlab, ylim) in enumerate(metrics):
+        for j, (view, layer, vlab) in enumerate(views):
+            ax = axes[i][j]
+            d = view_rows(ana_sigma, view, layer)
+            if not d[mkey].isna().all():
+                summ = _summary_by_sigma(d, [mkey])
+                _errbar(ax, summ, mkey, vlab, OKABE[0], raw=d)
+                summ.insert(0, "view", f"{view}:{layer}")
+                summ.insert(1, "metric", mkey)
+                frames.append(summ.rename(columns={f"{mkey}_mean": "mean", f"{mkey}_ci_low": "ci_low",
+                                                   f"{mkey}_ci_high": "ci_high"}))
+            if mkey == "rsa_spearman":
+                ax.axhline(0, color="grey", lw=0.5, ls=":")
+            ax.set_ylim(*ylim)
+            ax.set_xscale("log")
+            if i == 0:
+                ax.set_title(vlab.replace(", ", "\n").replace(" (", "\n("), fontsize=6)
+            if j == 0:
+                ax.set_ylabel(mlab, fontsize=7)
+            if i == len(metrics) - 1:
+                ax.set_xlabel("σ")
+            ax.tick_params(labelsize=6)
+    fig.suptitle("Identifiability of the 4x4 grid vs σ, per view (last checkpoint; mean, 95% CI band, seeds as dots)",
+                 fontsize=8, y=1.02)
+    fig.tight_layout()
+    return _save(fig, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), out, "identifiability_vs_sigma")
+
+
+def fig_ident_vs_gen(ana_sigma: pd.DataFrame, out: Path) -> str | None:
+    d = view_rows(ana_sigma, "raw", "mean")
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(7.4, 2.6))
+    for ax, key, lab in ((axes[0], "ref_procrustes_distance", "Procrustes distance to sin2d\n(unnormalised; grows with σ)"),
+                         (axes[1], "ref_shape_distance", "shape distance to sin2d\n(angular, scale-free)")):
+        sc = ax.scatter(d[key], d.eval_ood_acc, c=np.log10(d.sigma.astype(float)), cmap="viridis", s=12)
+        rho, p, n = spearman(d[key], d.eval_ood_acc)
+        ax.set_title(f"ρ = {f3(rho)} (p = {fp(p)}, n = {n})")
+        ax.set_xlabel(lab)
+        ax.set_ylabel("held-out accuracy")
+    fig.colorbar(sc, ax=axes, label="log10 σ")
+    cols = ["run", "sigma", "seed", "eval_ood_acc", "ref_procrustes_distance", "ref_shape_distance", "rsa_spearman"]
+    return _save(fig, d[cols], out, "identifiability_vs_generalization")
+
+
+def fig_layouts(lay: pd.DataFrame, sr: pd.DataFrame, out: Path) -> str | None:
+    if lay.empty or sr.empty:
+        return None
+    plt = _plt()
+    seed = int(sr.seed.min())
+    sig = sorted(sr[sr.seed == seed].sigma.unique())
+    if len(sig) < 1:
+        return None
+    picks = [sig[0], sig[-1]] if len(sig) > 1 else [sig[0]]
+    if 0.1 in sig and 2.0 in sig:  # the study's small and large sigma
+        picks = [0.1, 2.0]
+    panels = (("raw", "mean"), ("kernel", "mean"), ("attention", "mean"))
+    fig, axes = plt.subplots(len(picks), len(panels), figsize=(1.9 * len(panels), 1.9 * len(picks)), squeeze=False)
+    rows = []
+    for i, s in enumerate(picks):
+        for j, (view, layer) in enumerate(panels):
+            ax = axes[i][j]
+            d = lay[(lay.group == "sigma") & (lay.seed == seed) & (lay.sigma == s) & (lay.view == view)
+                    & (lay.layer.astype(str) == layer)].sort_values("position")
+            ax.set_xticks([]), ax.set_yticks([])
+            if d.empty:
+                ax.set_title(f"σ={s:g} {view}: n/a")
+                continue
+            rows.append(d)
+            pts = d[["cmds_row", "cmds_col"]].values
+            for r in range(4):  # grid lines between recovered neighbours
+                ax.plot(pts[r * 4:(r + 1) * 4, 1], pts[r * 4:(r + 1) * 4, 0], color="grey", lw=0.5)
+                ax.plot(pts[r::4, 1], pts[r::4, 0], color="grey", lw=0.5)
+            ax.scatter(pts[:, 1], pts[:, 0], c=d.true_row, cmap="viridis", s=14, marker="o", edgecolor="k", lw=0.2)
+            ax.scatter(d.true_col, d.true_row, s=4, color="red", marker="+", lw=0.5)
+            ax.invert_yaxis()
+            ax.set_title(f"σ={s:g}, {view}", fontsize=7)
+    fig.suptitle(f"Recovered 4x4 layouts (cMDS, Procrustes-aligned; seed {seed}; + = true cell)", fontsize=7, y=1.02)
+    return _save(fig, pd.concat(rows) if rows else pd.DataFrame(), out, "layouts_small_vs_large_sigma")
+
+
+def fig_trajectories(ana_sigma: pd.DataFrame, evals: pd.DataFrame, out: Path) -> str | None:
+    if ana_sigma.empty:
+        return None
+    plt = _plt()
+    panels = (("raw", "mean", "rsa_spearman", "raw table RSA"), ("raw", "mean", "recovery_cmds_r2", "raw table recovery r²"),
+              ("kernel", "mean", "rsa_spearman", "kernel RSA"), ("attention", "mean", "rsa_spearman", "attention-map RSA"),
+              ("attention", "mean", "attention_similarity", "attention similarity to sin2d"))
+    sigmas = sorted(ana_sigma.sigma.unique())
+    cmap = plt.get_cmap("viridis")
+    colors = {s: cmap(i / max(1, len(sigmas) - 1)) for i, s in enumerate(sigmas)}
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(11, 2.3))
+    frames = []
+    for ax, (view, layer, key, lab) in zip(axes, panels):
+        d = view_rows(ana_sigma, view, layer, last=False)
+        if d.empty:
+            continue
+        g = d.groupby(["sigma", "epoch"])[key].mean().reset_index().rename(columns={key: "value"})
+        g.insert(0, "panel", f"{view}:{layer}:{key}")
+        frames.append(g)
+        for s in sigmas:
+            gs = g[g.sigma == s]
+            ax.plot(gs.epoch, gs.value, color=colors[s], lw=1, marker="o", ms=2, label=f"{s:g}")
+        ax.set_title(lab)
+        ax.set_xlabel("epoch")
+        ax.set_ylim(*((-0.5, 1.0) if key == "rsa_spearman" else (0, 1.0)))
+        ax.axhline(0, color="grey", lw=0.5, ls=":")
+    ev = evals[evals.group == "sigma"] if not evals.empty else evals
+    if not ev.empty:
+        g = ev.groupby(["sigma", "epoch"]).ood_acc.mean().reset_index().rename(columns={"ood_acc": "value"})
+        g.insert(0, "panel", "eval:ood_acc")
+        frames.append(g)
+        for s in sigmas:
+            gs = g[g.sigma == s]
+            axes[-1].plot(gs.epoch, gs.value, color=colors[s], lw=1, marker="o", ms=2)
+        axes[-1].set_title("held-out accuracy")
+        axes[-1].set_ylim(0, 1.02)
+        axes[-1].axhline(CHANCE, color="grey", lw=0.5, ls=":")
+        axes[-1].set_xlabel("epoch")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=6, title="σ")
+    fig.suptitle("Trajectories over training (mean over seeds), by σ", fontsize=8, y=1.04)
+    fig.tight_layout()
+    return _save(fig, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), out, "trajectories")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def md_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "_(no data)_\n"
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        lines.append("| " + " | ".join(str(v) for v in r) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _ood(runs: pd.DataFrame, **sel) -> pd.Series:
+    d = runs
+    for k, v in sel.items():
+        d = d[np.isclose(d[k].astype(float), v)] if isinstance(v, float) else d[d[k] == v]
+    return d.set_index("seed").ood_acc
+
+
+def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
+    items = [
+        ("2D sinusoid", STUDY["sin2d"], dict(group="pe_type", pe="sin2d")),
+        ("learned σ=0.1", STUDY["learned s=0.1"], dict(group="sigma", sigma=0.1)),
+        ("learned σ=0.2", STUDY["learned s=0.2"], dict(group="sigma", sigma=0.2)),
+        ("learned σ=1.0", STUDY["learned s=1"], dict(group="sigma", sigma=1.0)),
+        ("learned σ=2.0", STUDY["learned s=2"], dict(group="sigma", sigma=2.0)),
+        ("relative PE", STUDY["relative"], dict(group="pe_type", pe="relative")),
+        ("learned σ=0.1 + weight decay 0.1", STUDY["weight decay"], dict(group="control", control="wd0.1", sigma=0.1)),
+        ("learned σ=2.0 + weight decay 0.1", STUDY["weight decay"], dict(group="control", control="wd0.1", sigma=2.0)),
+    ]
+    rows = []
+    for lab, study, sel in items:
+        rows.append({"model": lab, "study OOD % (15 seeds, 4000 ep.)": f"{100 * study:.1f}" + (" (σ not given)" if "decay" in lab else ""),
+                     "ours OOD % mean [95% CI, clipped]": fmt_ci(_ood(runs, **sel))})
+    return pd.DataFrame(rows)
+
+
+def accuracy_table(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    rows = []
+    for key, g in df.groupby(by, sort=True):
+        row = {by: f"{key:g}" if isinstance(key, float) else key}
+        for c, lab in (("train_acc", "train %"), ("test_acc", "test %"), ("ood_acc", "OOD %")):
+            row[lab] = fmt_ci(g[c])
+        for lv in LEVELS:
+            row[f"OOD {lv} %"] = fmt_ci(g[f"ood_acc_{lv}"], digits=0)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_table(runs: pd.DataFrame) -> pd.DataFrame:
+    sr = sigma_runs(runs)
+    pairs = [("learned σ=0.1", dict(group="sigma", sigma=0.1), "learned σ=2.0", dict(group="sigma", sigma=2.0)),
+             ("learned σ=0.2", dict(group="sigma", sigma=0.2), "learned σ=1.0", dict(group="sigma", sigma=1.0)),
+             ("learned σ=0.01", dict(group="sigma", sigma=0.01), "learned σ=0.1", dict(group="sigma", sigma=0.1)),
+             ("2D sinusoid", dict(group="pe_type", pe="sin2d"), "learned σ=0.1", dict(group="sigma", sigma=0.1)),
+             ("learned σ=2.0, input only", dict(group="placement", sigma=2.0), "learned σ=2.0, every layer", dict(group="sigma", sigma=2.0)),
+             ("σ=2.0 + wd 0.1", dict(group="control", control="wd0.1", sigma=2.0), "learned σ=2.0", dict(group="sigma", sigma=2.0))]
+    rows = []
+    for la, sa, lb, sb in pairs:
+        t = paired_test(_ood(runs, **sa), _ood(runs, **sb))
+        rows.append({"A": la, "B": lb, "seeds paired": t["n"], "mean OOD diff A-B (points)": f3(100 * t["mean_diff"]) if t["n"] else "n/a",
+                     "paired t p": fp(t["t_p"]), "Wilcoxon p": fp(t["wilcoxon_p"])})
+    del sr
+    return pd.DataFrame(rows)
+
+
+def ident_table(ana_sigma: pd.DataFrame) -> pd.DataFrame:
+    """Per view: mean over runs at the smallest and largest sigma, Spearman with sigma and with OOD accuracy."""
+    rows = []
+    for view, layer, lab in VIEWS:
+        d = view_rows(ana_sigma, view, layer)
+        if d.empty:
+            continue
+        lo, hi = d.sigma.min(), d.sigma.max()
+        for key in ("rsa_spearman", "recovery_cmds_r2", "probe_r2", "ref_shape_distance", "ref_procrustes_distance",
+                    "kernel_distance_rho", "attention_similarity"):
+            if d[key].isna().all():
+                continue
+            rs, ps, n = spearman(d.sigma.astype(float), d[key])
+            rg, pg, _ = spearman(d[key], d.eval_ood_acc)
+            sig_share = (d.rsa_p < 0.05).mean() if key == "rsa_spearman" else math.nan
+            rows.append({"view": lab, "metric": key,
+                         f"σ={lo:g} mean": f3(d[d.sigma == lo][key].mean()), f"σ={hi:g} mean": f3(d[d.sigma == hi][key].mean()),
+                         "ρ with σ": f"{f3(rs)} (p {fp(ps)})", "ρ with OOD acc": f"{f3(rg)} (p {fp(pg)})", "n runs": n,
+                         "share Mantel p<0.05": "" if not np.isfinite(sig_share) else f"{sig_share:.2f}"})
+    return pd.DataFrame(rows)
+
+
+def pe_type_ident_table(ana: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    lab = label_runs(runs).set_index("run").label
+    rows = []
+    d = ana[ana.is_last.astype(bool) & (ana.group != "sigma")]
+    for run, g in d.groupby("run"):
+        def get(view, layer, key):
+            s = g[(g.view == view) & (g.layer.astype(str) == layer)][key]
+            return f3(s.iloc[0]) if len(s) else "n/a"
+        rows.append({"run": run, "model": lab.get(run, run), "OOD %": f3(100 * g.eval_ood_acc.iloc[0]),
+                     "raw RSA": get("raw", "mean", "rsa_spearman"), "kernel RSA": get("kernel", "mean", "rsa_spearman"),
+                     "attention RSA": get("attention", "mean", "rsa_spearman"),
+                     "attention sim. to sin2d": get("attention", "mean", "attention_similarity")})
+    return pd.DataFrame(rows)
+
+
+def trajectory_summary(ana_sigma: pd.DataFrame) -> pd.DataFrame:
+    """RSA of each trajectory view at the first and last checkpoint, small (<= 0.2) vs large (>= 1) sigma."""
+    rows = []
+    for view, layer in (("raw", "mean"), ("raw", "0"), ("qk", "0"), ("kernel", "mean"), ("attention", "mean")):
+        d = view_rows(ana_sigma, view, layer, last=False)
+        if d.empty:
+            continue
+        first, last = d.epoch.min(), d.epoch.max()
+        for band, sel in (("σ ≤ 0.2", d.sigma <= 0.2), ("σ ≥ 1", d.sigma >= 1.0)):
+            b = d[sel]
+            if b.empty:
+                continue
+            per_epoch = b.groupby("epoch").rsa_spearman.mean()
+            rows.append({"view": f"{view}:{layer}", "σ band": band, f"RSA at epoch {first}": f3(per_epoch.get(first)),
+                         f"RSA at epoch {last}": f3(per_epoch.get(last)), "max over epochs": f3(per_epoch.max()),
+                         "epoch of max": int(per_epoch.idxmax()) if per_epoch.notna().any() else "n/a"})
+    return pd.DataFrame(rows)
+
+
+def model_line(root: Path, runs: pd.DataFrame) -> str:
+    """The σ-grid runs' model and optimiser, read from a run's config.json."""
+    names = list(sigma_runs(runs).run) if not runs.empty else []
+    if not names or not (root / names[0] / "config.json").exists():
+        return "(config not available)."
+    c = json.loads((root / names[0] / "config.json").read_text())
+    m, o = c["model"], c["optim"]
+    return (f"{m['n_layers']} layers, {m['n_heads']} head(s), d_model {m['d_model']}, MLP {int(m['d_model'] * m['mlp_ratio'])}, "
+            f"{m['norm']}-LN, {o['name']} lr {o['lr']:g}, batch {o['batch_size']}, {o['epochs']} epochs, a separate learned PE "
+            f"table at every layer's input (as the companion code) unless marked *input only*; SGD controls: momentum 0.9, "
+            f"lr from a short pilot; weight-decay controls: AdamW wd 0.1.")
+
+
+def machine() -> str:
+    import os
+
+    import torch
+
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores (shared), no GPU; Python "
+            f"{platform.python_version()}, torch {torch.__version__}; 1 thread per training process")
+
+
+def attention_floor(ana: pd.DataFrame) -> str:
+    """Cosine similarity of non-negative maps has a high floor: the no-PE model's value shows it."""
+    d = view_rows(ana[ana.pe == "none"], "attention", "mean") if not ana.empty else ana
+    if d.empty or d.attention_similarity.isna().all():
+        return ""
+    return (f" For scale: the model without any PE reaches {f3(d.attention_similarity.mean())} (n = {len(d)}), "
+            "since cosine similarity of non-negative attention maps has a high floor.")
+
+
+def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame | None = None) -> list[str]:
+    """Plain statements on the study's claims, each decided by the numbers computed here."""
+    out = []
+    ana_all = ana_sigma if ana_all is None else ana_all
+    sr = sigma_runs(runs)
+    if sr.empty:
+        return ["No finished runs of the σ grid: no claim can be checked."]
+    from scipy import stats
+
+    rho, p, n = spearman(sr.sigma, sr.ood_acc)
+    small, large = sr[sr.sigma <= 0.2].ood_acc, sr[sr.sigma >= 1.5].ood_acc
+    gap = small.mean() - large.mean()
+    mw = stats.mannwhitneyu(small, large, alternative="greater").pvalue if len(small) and len(large) else math.nan
+    ok = gap > 0.10 and np.isfinite(mw) and mw < 0.05
+    per = sr.groupby("sigma").ood_acc.mean()
+    state = "supported" if ok else ("same direction, not significant" if gap > 0.10 else "not supported")
+    out.append(f"**Large σ hurts generalization (study: σ=2.0 37.7% vs 92-96% at σ 0.1-0.2): {state}.** Mean held-out accuracy {100 * small.mean():.1f}% for σ ≤ 0.2 "
+               f"(n = {len(small)} runs) vs {100 * large.mean():.1f}% for σ ≥ 1.5 (n = {len(large)}); one-sided Mann-Whitney "
+               f"p = {fp(mw)}. Per σ: " + ", ".join(f"{k:g}: {100 * v:.0f}%" for k, v in per.items()) + ".")
+    mono = np.isfinite(rho) and rho < 0 and p < 0.05
+    out.append(f"**Smaller σ is better across the whole range: {'supported' if mono else 'not supported'}.** "
+               f"Spearman ρ(σ, held-out accuracy) = {f3(rho)} (p = {fp(p)}, n = {n} runs)"
+               + ("; the drop is a threshold at large σ, not a trend over small σ." if ok and not mono else "."))
+    raw = view_rows(ana_sigma, "raw", "mean")
+    if not raw.empty:
+        rs = raw[raw.sigma <= 0.2]
+        share = (rs.rsa_p < 0.05).mean() if len(rs) else math.nan
+        ok = len(rs) and rs.rsa_spearman.mean() > 0.3 and share >= 0.5
+        out.append(f"**Small-σ learned tables mirror the true grid (raw table): {'supported' if ok else 'not supported'}.** "
+                   f"Raw-table RSA (mean of layers) for σ ≤ 0.2: mean {f3(rs.rsa_spearman.mean())}, Mantel p < 0.05 in "
+                   f"{100 * share:.0f}% of runs; cMDS recovery r² {f3(rs.recovery_cmds_r2.mean())}.")
+    for view, layer, lab in (("kernel", "mean", "attention kernel of the table"), ("attention", "mean", "attention maps on task data")):
+        d = view_rows(ana_sigma, view, layer)
+        if d.empty:
+            continue
+        s_, l_ = d[d.sigma <= 0.2], d[d.sigma >= 1.5]
+        r2, p2, n2 = spearman(d.sigma, d.rsa_spearman)
+        present = s_.rsa_spearman.mean() > 0.3 and (s_.rsa_p < 0.05).mean() >= 0.5
+        dep = np.isfinite(r2) and r2 < 0 and p2 < 0.05
+        state = "present" if present else ("weak, but it decreases with σ" if dep else "absent or weak")
+        out.append(f"**Grid geometry in the {lab}: {state}.** "
+                   f"RSA mean {f3(s_.rsa_spearman.mean())} for σ ≤ 0.2 (Mantel p < 0.05 in {100 * (s_.rsa_p < 0.05).mean():.0f}% "
+                   f"of runs) vs {f3(l_.rsa_spearman.mean())} for σ ≥ 1.5; ρ(σ, RSA) = {f3(r2)} (p = {fp(p2)}, n = {n2}).")
+    att = view_rows(ana_sigma, "attention", "mean")
+    if not att.empty and not att.attention_similarity.isna().all():
+        r1_, p1_, n1_ = spearman(att.sigma, att.attention_similarity)
+        r2_, p2_, _ = spearman(att.attention_similarity, att.eval_ood_acc)
+        out.append(f"**Attention maps of small-σ models resemble the 2D-sinusoid model's (the study's attention measure):** "
+                   f"cosine similarity {f3(att[att.sigma <= 0.2].attention_similarity.mean())} for σ ≤ 0.2 vs "
+                   f"{f3(att[att.sigma >= 1.5].attention_similarity.mean())} for σ ≥ 1.5; ρ(σ, similarity) = {f3(r1_)} "
+                   f"(p = {fp(p1_)}, n = {n1_}); ρ(similarity, held-out accuracy) = {f3(r2_)} (p = {fp(p2_)})."
+                   + attention_floor(ana_all))
+    sin = _ood(runs, group="pe_type", pe="sin2d")
+    if len(sin):
+        best = sr.groupby("sigma").ood_acc.mean()
+        ok = sin.mean() >= best.max()
+        out.append(f"**The 2D sinusoid generalizes best (study: 97.7%): {'supported' if ok else 'not supported'}.** "
+                   f"2D sinusoid {100 * sin.mean():.1f}% (n = {len(sin)}) vs the best learned σ ({best.idxmax():g}) "
+                   f"{100 * best.max():.1f}%.")
+    for sig in (0.1, 2.0):
+        wd, plain = _ood(runs, group="control", control="wd0.1", sigma=sig), _ood(runs, group="sigma", sigma=sig)
+        if len(wd) and len(plain):
+            t = paired_test(wd, plain)
+            state = "not reproduced" if wd.mean() <= plain.mean() else "same direction"
+            out.append(f"**Weight decay helps learned PEs (study: about 99%), σ = {sig:g}: {state}.** With AdamW weight decay 0.1 "
+                       f"{100 * wd.mean():.1f}% vs {100 * plain.mean():.1f}% without (n = {len(wd)} / {len(plain)}; "
+                       f"paired difference {100 * t['mean_diff']:.1f} points over {t['n']} seed(s)).")
+    inp, every = _ood(runs, group="placement", sigma=2.0), _ood(runs, group="sigma", sigma=2.0)
+    if len(inp) and len(every):
+        out.append(f"**Placement at σ = 2.0:** one table at the input only {100 * inp.mean():.1f}% vs a table at every "
+                   f"layer {100 * every.mean():.1f}% (n = {len(inp)} / {len(every)}).")
+    if not raw.empty:
+        ru, pu, nu = spearman(raw.ref_procrustes_distance, raw.eval_ood_acc)
+        rn, pn, _ = spearman(raw.ref_shape_distance, raw.eval_ood_acc)
+        su, _, _ = spearman(raw.sigma, raw.ref_procrustes_distance)
+        sn, _, _ = spearman(raw.sigma, raw.ref_shape_distance)
+        out.append(f"**Distance to the 2D sinusoid predicts generalization (study: ρ = {STUDY_RHO}):** unnormalised "
+                   f"Procrustes distance ρ = {f3(ru)} (p = {fp(pu)}, n = {nu}); normalised shape distance ρ = {f3(rn)} "
+                   f"(p = {fp(pn)}). The unnormalised distance grows with the table's norm, hence with σ by "
+                   f"construction (ρ(σ, distance) = {f3(su)}), so its correlation with accuracy restates the σ effect; "
+                   f"the scale-free distance (ρ(σ, distance) = {f3(sn)}) is the one that measures geometry.")
+    return out
+
+
+def answer(ana_sigma: pd.DataFrame) -> str:
+    """Later in training, or in what the model reads? Decided from the trajectories and the views."""
+    raw = view_rows(ana_sigma, "raw", "mean", last=False)
+    if raw.empty:
+        return "No analyses yet."
+    first, last = raw.epoch.min(), raw.epoch.max()
+
+    def at(view, layer, epoch, band):
+        d = view_rows(ana_sigma, view, layer, last=False)
+        d = d[(d.epoch == epoch) & (d.sigma <= 0.2 if band == "small" else d.sigma >= 1.5)]
+        return d.rsa_spearman.mean() if len(d) else math.nan
+
+    parts, gains, seps = [], {}, {}
+    for view, layer, lab in (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "raw table, layer 0"),
+                             ("qk", "0", "qk view, layer 0"), ("kernel", "mean", "attention kernel"),
+                             ("attention", "mean", "attention maps")):
+        a0, a1, b1 = at(view, layer, first, "small"), at(view, layer, last, "small"), at(view, layer, last, "large")
+        gains[view + layer], seps[view + layer] = a1 - a0, a1 - b1
+        parts.append(f"{lab}: {f3(a0)} → {f3(a1)} (σ ≥ 1.5 at epoch {last}: {f3(b1)})")
+    text = (f"RSA with the grid for σ ≤ 0.2, epoch {first} → epoch {last} (mean over runs): " + "; ".join(parts) + ". ")
+    raw_gain = np.nanmax([gains["rawmean"], gains["raw0"]])
+    raw_sep = np.nanmax([seps["rawmean"], seps["raw0"]])
+    read_gain = np.nanmax([gains["qk0"], gains["kernelmean"], gains["attentionmean"]])
+    read_sep = np.nanmax([seps["qk0"], seps["kernelmean"], seps["attentionmean"]])
+    if np.isfinite(raw_gain) and raw_gain > 0.1:
+        text += f"The raw table gains grid geometry during training (up to +{raw_gain:.2f} RSA). "
+    else:
+        text += f"The raw table gains no grid geometry over these {last} epochs (change {f3(raw_gain)}). "
+    if np.isfinite(read_gain) and read_gain > 0.1 and np.isfinite(read_sep) and read_sep > raw_sep + 0.05:
+        text += (f"What the model reads does: its RSA rises by up to {read_gain:.2f} and separates small from large σ by up to "
+                 f"{read_sep:.2f} (the raw table by {f3(raw_sep)}). In this window the geometry that depends on σ lives in the "
+                 "read-out (q/k, kernel, attention), not in the table, and it stays modest in absolute terms.")
+    else:
+        text += (f"What the model reads does not show clearly more σ-dependent geometry either (gain {f3(read_gain)}, "
+                 f"small-vs-large σ separation {f3(read_sep)} vs {f3(raw_sep)} for the raw table).")
+    corr = []
+    for view, layer, lab in VIEWS:
+        d = view_rows(ana_sigma, view, layer)
+        if d.empty or d.ref_shape_distance.isna().all():
+            continue
+        r, p, n = spearman(d.ref_shape_distance, d.eval_ood_acc)
+        corr.append(f"{lab} ρ = {f3(r)} (p = {fp(p)})")
+    if corr:
+        text += (" Scale-free shape distance to the 2D sinusoid vs held-out accuracy across the σ-grid runs (last "
+                 "checkpoint; the study's ρ = -0.98 used the unnormalised distance of the raw table): " + "; ".join(corr) + ".")
+    return text
+
+
+def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
+        old.unlink()
+    runs, evals, ana, lay = frames["runs"], frames["evals"], frames["analyses"], frames["layouts"]
+    for df in (runs, evals, ana, lay):
+        if "sigma" in df:
+            df["sigma"] = pd.to_numeric(df["sigma"], errors="coerce")
+    grid = json.loads((root / "grid.json").read_text()) if (root / "grid.json").exists() else {"runs": [], "preset": "?"}
+    planned = [r["name"] for r in grid["runs"]]
+    done = set(runs.run) if not runs.empty else set()
+    missing = [n for n in planned if n not in done]
+    sr = sigma_runs(runs) if not runs.empty else runs
+    ana_sigma = ana[ana.group == "sigma"] if not ana.empty else ana
+    epochs = sorted(runs.epochs.unique()) if not runs.empty else []
+    seeds = sorted(sr.seed.unique()) if not sr.empty else []
+
+    figs = {
+        "accuracy": fig_accuracy(sr, out),
+        "levels": fig_levels(sr, out),
+        "ident": fig_identifiability(ana_sigma, out),
+        "identgen": fig_ident_vs_gen(ana_sigma, out),
+        "layouts": fig_layouts(lay, sr, out),
+        "traj": fig_trajectories(ana_sigma, evals, out),
+    }
+    tables = {
+        "comparison": comparison_table(runs) if not runs.empty else pd.DataFrame(),
+        "acc_sigma": accuracy_table(sr, "sigma") if not sr.empty else pd.DataFrame(),
+        "acc_types": accuracy_table(label_runs(runs[runs.group != "sigma"]), "label") if not runs.empty and (runs.group != "sigma").any() else pd.DataFrame(),
+        "paired": paired_table(runs) if not runs.empty else pd.DataFrame(),
+        "ident": ident_table(ana_sigma) if not ana_sigma.empty else pd.DataFrame(),
+        "types_ident": pe_type_ident_table(ana, runs) if not ana.empty else pd.DataFrame(),
+        "traj": trajectory_summary(ana_sigma) if not ana_sigma.empty else pd.DataFrame(),
+    }
+    for name, df in tables.items():
+        df.to_csv(out / f"table_{name}.csv", index=False)
+
+    def img(key, caption):
+        return f"![{caption}]({figs[key]}.png)\n\n_{caption}_ (data: [`{figs[key]}.csv`]({figs[key]}.csv))\n" if figs.get(key) else "_(figure not available: no data)_\n"
+
+    L = []
+    L.append("# Latin Square Task: does learning positional encodings depend on initialization?\n")
+    L.append(f"Regenerate everything in this folder with:\n\n```bash\n{cmd}\n```\n")
+    L.append("Reproduction of Ito et al., *Learning positional encodings in transformers depends on initialization* "
+             "(arXiv 2406.08272) with `pe-probe`'s trainer and analyses. Every number below was computed by the command "
+             "above from the sweep folder; the study's numbers are quoted from DESIGN.md section 6.\n")
+    L.append("## Setting\n")
+    L.append(f"- Sweep: `{root}`, preset `{grid.get('preset')}` ({len(done)} of {len(planned)} planned runs finished"
+             + (f"; missing: {', '.join(missing)}" if missing else "") + ").")
+    L.append(f"- Training length: {', '.join(str(e) for e in epochs)} epochs (the study: 4,000); σ-grid seeds: "
+             f"{', '.join(str(s) for s in seeds)} (the study: 15).")
+    secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
+    L.append(f"- Hardware: {machine()}."
+             + (f" Training time per run: median {secs.median():.0f} s (range {secs.min():.0f}-{secs.max():.0f} s, "
+                "2 runs in parallel on a machine shared with other work)." if len(secs) else ""))
+    L.append("- Model: " + model_line(root, runs) + " The paper preset (d_model 160, lr 1e-4, 4,000 epochs, 15 seeds) "
+             "is for a GPU and was not run here.")
+    L.append("- Held-out (OOD) set: 108 generated puzzles (36 per level), every training puzzle at Jaccard distance ≥ 0.8 "
+             "(the study's 108 human-study puzzles are not public). Chance is 25%.")
+    L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
+             "layer 0, attention maps (trajectories). 500 permutations / 500 bootstrap resamples; reference `sin2d:4x4`; "
+             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.\n")
+    L.append("## Verdicts on the study's claims\n")
+    L.append("Criteria (fixed in `analyses/lst/report.py`): *large σ hurts* is supported when held-out accuracy for σ ≤ 0.2 "
+             "exceeds that for σ ≥ 1.5 by more than 10 points with a one-sided Mann-Whitney p < 0.05; *smaller is better "
+             "throughout* when Spearman ρ(σ, accuracy) < 0 with p < 0.05; a geometry claim is *present* when the mean RSA "
+             "exceeds 0.3 and the Mantel test is significant (p < 0.05) in at least half of the runs, *weak but decreasing "
+             "with σ* when it is not but ρ(σ, RSA) < 0 with p < 0.05. Comparisons with one seed are descriptive only.\n")
+    L += [f"- {v}" for v in verdicts(runs, ana_sigma, ana)] if not runs.empty else ["- No finished runs."]
+    L.append("")
+    L.append("## Later in training, or in what the model reads?\n")
+    L.append((answer(ana_sigma) if not ana_sigma.empty else "No analyses yet.") + "\n")
+    L.append(md_table(tables["traj"]))
+    L.append(img("traj", "RSA / recovery over training by σ (raw table, kernel, attention maps) and held-out accuracy"))
+    L.append("## Our numbers next to the study's (held-out accuracy)\n")
+    L.append(md_table(tables["comparison"]))
+    L.append("## Accuracy per σ (learned N(0, σ²), every layer)\n")
+    L.append("Mean [95% t CI, clipped to 0-100] over seeds, in %.\n")
+    L.append(md_table(tables["acc_sigma"]))
+    L.append(img("accuracy", "Train, test and held-out accuracy vs σ"))
+    L.append(img("levels", "Held-out accuracy per difficulty level vs σ"))
+    L.append("## PE types, placements and optimiser controls\n")
+    L.append(md_table(tables["acc_types"]))
+    L.append("## Paired tests across seeds (held-out accuracy)\n")
+    L.append("With few seeds these tests have little power (a Wilcoxon test on n pairs cannot go below p = 2/2^n); the "
+             "Spearman correlations over all runs of the σ grid (above and below) pool the σ values.\n")
+    L.append(md_table(tables["paired"]))
+    L.append("## Identifiability per view vs σ and vs generalization (last checkpoint)\n")
+    L.append(md_table(tables["ident"]))
+    L.append(img("ident", "Identifiability of the grid vs σ for each view"))
+    L.append(img("identgen", "Distance to the 2D sinusoid vs held-out accuracy: unnormalised (left) and scale-free (right)"))
+    L.append(img("layouts", "Recovered 4x4 layouts, smallest vs largest σ"))
+    L.append("### Other PE types and controls (last checkpoint)\n")
+    L.append(md_table(tables["types_ident"]))
+    L.append("## Files\n")
+    L.append("Figures (`*.png`) each with the CSV they were drawn from; `table_*.csv` hold the tables above. The tidy "
+             f"per-run tables are in `{root}/analysis/` (`runs.csv`, `evals.csv`, `analyses.csv`, `layouts.csv`).\n")
+    L.append(f"_Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}._\n")
+    path = out / "README.md"
+    path.write_text("\n".join(L))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analyses.lst.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="runs/lst-sweep")
+    p.add_argument("--out", default="reports/lst")
+    p.add_argument("--n-perm", type=int, default=500)
+    p.add_argument("--n-boot", type=int, default=500)
+    args = p.parse_args(argv)
+    import torch
+
+    from analyses.lst.analyse import collect, write_tables
+
+    torch.set_num_threads(1)
+    root = Path(args.root)
+    frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
+    write_tables(frames, root)
+    cmd = "python -m analyses.lst.report --root " + str(args.root) + ("" if args.out == "reports/lst" else f" --out {args.out}")
+    path = write_report(root, Path(args.out), frames, cmd)
+    print(f"report written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

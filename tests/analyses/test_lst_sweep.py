@@ -1,0 +1,225 @@
+"""The Latin Square Task sweep: grid definitions, resumability, report generation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses.lst import grid as G
+from analyses.lst import runner as R
+from analyses.lst import sweep as S
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--set", "model.d_model=8", "--set", "data.n_per_level=30"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# grid
+
+
+def test_quick_grid_covers_the_study():
+    g = G.build_grid("quick")
+    names = [s.name for s in g]
+    assert len(names) == len(set(names))
+    sig = [s for s in g if s.tags["group"] == "sigma"]
+    assert sorted({s.tags["sigma"] for s in sig}) == sorted(G.SIGMAS_DEFAULT)
+    assert {s.tags["seed"] for s in sig} == {0, 1}
+    assert {s.tags["pe"] for s in g if s.tags["group"] == "pe_type"} == set(G.PE_TYPES)
+    assert {(s.tags["control"], s.tags["sigma"]) for s in g if s.tags["group"] == "control"} == {
+        ("wd0.1", 0.1), ("wd0.1", 2.0), ("sgd", 0.1), ("sgd", 2.0)}
+    assert {s.tags["sigma"] for s in g if s.tags["group"] == "placement"} == {0.1, 2.0}
+    # every seed of the sigma grid has its sin2d reference (attention similarity)
+    assert {s.tags["seed"] for s in g if s.tags["pe"] == "sin2d"} == {0, 1}
+    # seed 0 of every group comes before seed 1
+    first_seed1 = min(i for i, s in enumerate(g) if s.tags["seed"] == 1)
+    assert all(s.tags["seed"] == 0 for s in g[:first_seed1]) and len(g[:first_seed1]) == 24
+    assert len(g) == 35
+    cfg = g[0].config()
+    assert cfg.optim.epochs == 40 and cfg.ckpt_every == 5 and cfg.pe.every_layer
+
+
+def test_full_sigmas_paper_preset_and_epochs_override():
+    assert G.SIGMAS_FULL == tuple(round(0.1 * i, 1) for i in range(1, 21))
+    g = G.build_grid("paper", sigmas="full", include=("sigma",))
+    assert len([s for s in g if s.tags["group"] == "sigma"]) == 20 * 15
+    cfg = g[0].config()
+    assert cfg.model.d_model == 160 and cfg.optim.lr == 1e-4 and cfg.optim.epochs == 4000 and cfg.ckpt_every == 500
+    short = G.build_grid("paper", epochs=400, seeds=1, include=("sigma",))[0].config()
+    assert short.optim.epochs == 400 and short.ckpt_every == 50
+
+
+def test_train_args_map_every_override():
+    g = {s.name: s for s in G.build_grid("quick")}
+    args = g["learned-input-s2-seed0"].train_args("X")
+    assert args[:6] == ["train", "lst", "--preset", "quick", "--out", "X"]
+    assert "--no-pe-every-layer" in args and args[args.index("--pe-init-std") + 1] == "2.0"
+    sgd = g["sgd-s0.1-seed0"].train_args("X")
+    assert sgd[sgd.index("--optimizer") + 1] == "sgd" and sgd[sgd.index("--lr") + 1] == str(G.SGD_LR)
+    assert g["learned_uniform-s0.1-seed0"].overrides["pe.init"] == "uniform"
+    with pytest.raises(ValueError):
+        G.RunSpec("x", "quick", {"model.norm": "pre"}).train_args("X")
+
+
+# ---------------------------------------------------------------------------------------------------
+# resumability
+
+
+def _fake_last(run_dir: Path, epoch: int) -> None:
+    import torch
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.save({"epoch": epoch}, run_dir / "last.pt")
+
+
+def test_is_finished_reads_the_epoch(tmp_path):
+    spec = G.build_grid("quick", epochs=4, seeds=1, sigmas=(0.1,), include=("sigma",))[0]
+    assert not R.is_finished(spec, tmp_path / "none")
+    _fake_last(tmp_path / "a", 3)
+    assert not R.is_finished(spec, tmp_path / "a")
+    _fake_last(tmp_path / "b", 4)
+    assert R.is_finished(spec, tmp_path / "b")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "last.pt").write_bytes(b"torn")
+    assert not R.is_finished(spec, tmp_path / "c")
+
+
+def test_sweep_submits_only_unfinished_runs(tmp_path, monkeypatch):
+    submitted = []
+
+    class FakeRunner(R.Runner):
+        def submit(self, spec, out_dir):
+            submitted.append(spec.name)
+
+        def wait(self):
+            return [R.RunResult(n, "", 0, 0.0) for n in submitted]
+
+    monkeypatch.setattr(S, "make_runner", lambda backend, workers, log=None: FakeRunner())
+    args = ["--root", str(tmp_path), "--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "3", "--groups", "sigma"]
+    _fake_last(tmp_path / "learned-every-s0.1-seed0", 3)  # finished
+    _fake_last(tmp_path / "learned-every-s2-seed0", 1)  # interrupted
+    assert S.main(args) == 0
+    assert submitted == ["learned-every-s2-seed0", "sin2d-seed0"]
+    assert json.loads((tmp_path / "grid.json").read_text())["preset"] == "quick"
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_sweep_resumes_after_interruption(tmp_path):
+    """Kill the sweep once a run has finished; re-run; finished runs untouched, the rest completed."""
+    root = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "analyses.lst.sweep", "--root", str(root), "--sigmas", "0.1,2.0", "--seeds", "1",
+           "--epochs", "3", "--groups", "sigma", "--workers", "1", *TINY]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    specs = G.build_grid("quick", sigmas=(0.1, 2.0), seeds=1, epochs=3, include=("sigma",),
+                         base_overrides={"model.d_model": 8, "data.n_per_level": 30})
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and not R.is_finished(specs[0], root / specs[0].name):
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the sweep stops its own trainings
+        proc.wait(timeout=60)
+    finished = {s.name: _sha(root / s.name / "last.pt") for s in specs if R.is_finished(s, root / s.name)}
+    mtimes = {n: (root / n / "last.pt").stat().st_mtime_ns for n in finished}
+    assert specs[0].name in finished
+    unfinished = [s.name for s in specs if s.name not in finished]
+    subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    for n, sha in finished.items():
+        assert _sha(root / n / "last.pt") == sha and (root / n / "last.pt").stat().st_mtime_ns == mtimes[n]
+    assert all(R.is_finished(s, root / s.name) for s in specs), unfinished
+    log = (root / "sweep.log").read_text()
+    assert f"{len(finished)} finished, {len(specs) - len(finished)} to train" in log
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+
+
+def _synthetic_frames() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    runs, evals, ana, lay = [], [], [], []
+    coords = np.array([(r, c) for r in range(4) for c in range(4)], float)
+    items = [("sigma", "learned", s, "every", "none") for s in (0.1, 0.2, 1.0, 2.0)]
+    items += [("pe_type", "sin2d", None, "every", "none"), ("pe_type", "relative", None, "every", "none"),
+              ("control", "learned", 0.1, "every", "wd0.1"), ("placement", "learned", 2.0, "input", "none")]
+    for seed in (0, 1, 2):
+        for group, pe, sigma, place, control in items:
+            name = f"{group}-{pe}-{sigma}-{control}-{seed}"
+            tags = {"group": group, "pe": pe, "sigma": sigma, "placement": place, "control": control, "seed": seed}
+            acc = {k: float(rng.uniform(0.25, 1)) for k in ("train_acc", "test_acc", "ood_acc", "ood_acc_binary",
+                                                              "ood_acc_ternary", "ood_acc_quaternary", "train_loss")}
+            runs.append({"run": name, **tags, "epochs": 4, **acc, "train_seconds": 1.0})
+            for ep in (2, 4):
+                evals.append({"run": name, **tags, "epoch": ep, "step": ep, "time": 1.0, **acc})
+                for view, layer in (("raw", "mean"), ("raw", "0"), ("q", "0"), ("k", "0"), ("qk", "0"),
+                                    ("kernel", "mean"), ("attention", "mean")):
+                    ana.append({"run": name, **tags, "checkpoint": f"step-{ep}", "epoch": ep, "step": ep,
+                                "is_last": ep == 4, **{f"eval_{k}": v for k, v in acc.items()},
+                                "view": view, "layer": layer, "rsa_spearman": float(rng.uniform(-0.2, 0.9)),
+                                "rsa_p": float(rng.uniform(0, 0.2)), "recovery_cmds_r2": float(rng.uniform(0, 1)),
+                                "probe_r2": 0.5, "ref_shape_distance": float(rng.uniform(0.5, 1.5)),
+                                "ref_procrustes_distance": float(rng.uniform(1, 10)), "kernel_distance_rho": 0.1,
+                                "attention_similarity": 0.9 if view == "attention" else None})
+            for view in ("raw", "kernel", "attention"):
+                rec = coords + rng.normal(0, 0.3, coords.shape)
+                for pos in range(16):
+                    lay.append({"run": name, **tags, "view": view, "layer": "mean", "position": pos,
+                                "true_row": coords[pos, 0], "true_col": coords[pos, 1],
+                                "cmds_row": rec[pos, 0], "cmds_col": rec[pos, 1]})
+    return {"runs": pd.DataFrame(runs), "evals": pd.DataFrame(evals), "analyses": pd.DataFrame(ana),
+            "layouts": pd.DataFrame(lay)}
+
+
+def test_report_from_synthetic_sweep(tmp_path):
+    from analyses.lst.report import write_report
+
+    root = tmp_path / "sweep"
+    root.mkdir()
+    (root / "grid.json").write_text(json.dumps({"preset": "quick", "runs": [{"name": "never-ran"}]}))
+    out = tmp_path / "report"
+    path = write_report(root, out, _synthetic_frames(), "python -m analyses.lst.report --root X")
+    text = path.read_text()
+    assert text.count("python -m analyses.lst.report --root X") == 1
+    for needle in ("Verdicts", "97.7", "never-ran", "Paired tests", "Wilcoxon", "ρ with OOD acc", "by construction"):
+        assert needle in text, needle
+    for fig in ("accuracy_vs_sigma", "per_level_vs_sigma", "identifiability_vs_sigma",
+                "identifiability_vs_generalization", "layouts_small_vs_large_sigma", "trajectories"):
+        assert (out / f"{fig}.png").stat().st_size > 1000 and (out / f"{fig}.csv").exists(), fig
+        assert f"({fig}.png)" in text
+    assert {p.suffix for p in out.iterdir()} <= {".md", ".png", ".csv"}
+
+
+@pytest.mark.slow
+def test_tiny_sweep_end_to_end(tmp_path):
+    root = tmp_path / "sweep"
+    run = [sys.executable, "-m", "analyses.lst.sweep", "--root", str(root), "--sigmas", "0.1,2.0", "--seeds", "1",
+           "--epochs", "2", "--groups", "sigma", "--workers", "2", *TINY]
+    subprocess.run(run, cwd=REPO, check=True, capture_output=True, timeout=300)
+    out = tmp_path / "report"
+    subprocess.run([sys.executable, "-m", "analyses.lst.report", "--root", str(root), "--out", str(out),
+                    "--n-perm", "50", "--n-boot", "50"], cwd=REPO, check=True, capture_output=True, timeout=600)
+    ana = pd.read_csv(root / "analysis" / "analyses.csv")
+    last = ana[ana.is_last]
+    assert {"raw", "q", "k", "qk", "kernel", "attention"} <= set(last.view)
+    assert last[(last.view == "attention") & (last.run == "sin2d-seed0")].attention_similarity.dropna().round(6).eq(1).all()
+    assert (ana.groupby("run").epoch.nunique() == 2).all()  # trajectories: every checkpoint
+    cache = json.loads((root / "learned-every-s0.1-seed0" / "analysis.json").read_text())
+    assert all("sha256" in e for e in cache["checkpoints"].values())
+    mtime = (root / "learned-every-s0.1-seed0" / "analysis.json").stat().st_mtime_ns
+    subprocess.run([sys.executable, "-m", "analyses.lst.report", "--root", str(root), "--out", str(out),
+                    "--n-perm", "50", "--n-boot", "50"], cwd=REPO, check=True, capture_output=True, timeout=600)
+    assert (root / "learned-every-s0.1-seed0" / "analysis.json").stat().st_mtime_ns == mtime  # cached
+    assert (out / "README.md").exists()
