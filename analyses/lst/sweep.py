@@ -3,6 +3,8 @@
     python -m analyses.lst.sweep --preset quick --workers 2 --root runs/lst-sweep
     python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --device cuda --root runs/lst-paper
     python -m analyses.lst.sweep --preset paper --epochs 400 ...      # a shorter paper-setting sweep
+    python -m analyses.lst.sweep --preset paper --backend ray --address auto --set device=cuda --gpus-per-run 0.25 \\
+        --root s3://bucket/lst-paper                                       # on a Ray cluster (extra `ray`)
 
 Finished runs (last.pt at the configured epoch) are skipped; unfinished ones resume from their
 last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json, progress to
@@ -19,7 +21,8 @@ import time
 from pathlib import Path
 
 from analyses.lst.grid import PRESET_SETTINGS, build_grid
-from analyses.lst.runner import is_finished, make_runner
+from analyses.lst.ray_runner import join, run_is_finished
+from analyses.lst.runner import make_runner
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -42,8 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=None, help="seeds per group (quick: 2 for the sigma grid, 1 otherwise; paper: 15)")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (quick 40, paper 4000)")
     p.add_argument("--workers", type=int, default=2, help="parallel training processes (1 thread each)")
-    p.add_argument("--backend", default="local", help="runner backend (local)")
-    p.add_argument("--root", default="runs/lst-sweep", help="sweep folder: one subfolder per run")
+    p.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="local: subprocesses here (--workers); ray: one Ray task per run (extra `ray`)")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="ray: join this running cluster; default: start a local Ray instance")
+    p.add_argument("--max-retries", type=int, default=2, metavar="N", help="ray: re-run a failed run up to N times")
+    p.add_argument("--cpus-per-run", type=float, default=1, help="ray: CPUs (= torch threads) each run declares")
+    p.add_argument("--gpus-per-run", type=float, default=0, help="ray: GPUs each run declares (with --set device=cuda)")
+    p.add_argument("--root", default="runs/lst-sweep",
+                   help="sweep folder: one subfolder per run; with --backend ray also an fsspec URL (s3://...)")
+    p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL")
     p.add_argument("--groups", default="sigma,pe_type,placement,control", help="subset of groups to run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override for every run (e.g. device=cuda, model.d_model=8)")
@@ -53,8 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     sigmas = args.sigmas if args.sigmas in ("default", "full") else tuple(float(s) for s in args.sigmas.split(","))
     grid = build_grid(args.preset, sigmas=sigmas, seeds=args.seeds, epochs=args.epochs,
                       base_overrides=parse_overrides(args.overrides), include=tuple(args.groups.split(",")))
-    root = Path(args.root)
+    url = "://" in args.root
+    if url and args.backend != "ray":
+        p.error("a URL --root needs --backend ray")
+    root = Path(args.state_dir) if url else Path(args.root)  # grid.json and sweep.log
     root.mkdir(parents=True, exist_ok=True)
+
+    def run_dir(s):
+        return join(args.root, s.name) if url else root / s.name
+
     logf = open(root / "sweep.log", "a")
 
     def log(msg: str) -> None:
@@ -65,14 +83,20 @@ def main(argv: list[str] | None = None) -> int:
 
     (root / "grid.json").write_text(json.dumps({"preset": args.preset, "argv": sys.argv[1:] if argv is None else argv,
                                                  "runs": [s.to_dict() for s in grid]}, indent=1) + "\n")
-    todo = [s for s in grid if not is_finished(s, root / s.name)]
+    todo = [s for s in grid if not run_is_finished(s, run_dir(s))]
     log(f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
-        f"({args.workers} workers)")
+        f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")
     if args.dry_run:
         for s in grid:
             print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
         return 0
-    runner = make_runner(args.backend, args.workers, log=log)
+    if args.backend == "ray":
+        from analyses.lst.ray_runner import RayRunner
+
+        runner = RayRunner(args.address, max_retries=args.max_retries, cpus_per_run=args.cpus_per_run,
+                           gpus_per_run=args.gpus_per_run, log=log)
+    else:
+        runner = make_runner(args.backend, args.workers, log=log)
 
     def stop(signum, frame):  # noqa: ARG001
         log(f"signal {signum}: stopping the running trainings (they resume on the next call)")
@@ -84,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     t0 = time.time()
     for s in todo:
-        runner.submit(s, root / s.name)
+        runner.submit(s, run_dir(s))
     results = runner.wait()
+    if hasattr(runner, "close"):
+        runner.close()
     failed = [r.name for r in results if r.returncode != 0]
     log(f"sweep done in {time.time() - t0:.0f} s: {len(results) - len(failed)} trained, {len(failed)} failed"
         + (f" ({', '.join(failed)})" if failed else ""))
