@@ -117,15 +117,16 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     gt_sq = dist.square_distances(G, "euclidean")
     # Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once
     # the coordinates are scaled, shifted or rotated; merge them so ranks and ties do not depend on it.
-    pe_d = dist.merge_near_ties(dist.condensed(pe_sq), atol=0.0 if pe_metric == "euclidean" else 1e-12)
-    gt_d = dist.merge_near_ties(dist.condensed(gt_sq))
+    pe_d, pe_order = dist.merge_near_ties(dist.condensed(pe_sq), atol=0.0 if pe_metric == "euclidean" else 1e-12,
+                                          return_order=True)
+    gt_d, gt_order = dist.merge_near_ties(dist.condensed(gt_sq), return_order=True)
     if np.ptp(pe_d) == 0:
         raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare")
 
     m: dict[str, float] = {"n_positions": n, "pe_dim": d, "gt_dim": k}
     stage("RSA")
-    gt_ranked = stats.standardise(stats.rank(gt_d))
-    pe_ranked = stats.standardise(stats.rank(pe_d))
+    gt_ranked = stats.standardise(stats.rank(gt_d, gt_order))
+    pe_ranked = stats.standardise(stats.rank(pe_d, pe_order))
     m["rsa_spearman"] = float(pe_ranked @ gt_ranked)
     m["rsa_pearson"] = stats.correlate(pe_d, gt_d, "pearson")
     m["rsa_kendall"] = stats.correlate(pe_d, gt_d, "kendall")
@@ -140,7 +141,8 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     boot_method = None
     if n_boot:
         stage(f"bootstrap CI ({n_boot} resamples)")
-        bt = stats.bootstrap_rsa(pe_d, gt_d, method="spearman", n_boot=n_boot, seed=rng_boot)
+        bt = stats.bootstrap_rsa(pe_d, gt_d, method="spearman", n_boot=n_boot, seed=rng_boot,
+                                 orders=(pe_order, gt_order))
         m["rsa_ci_low"], m["rsa_ci_high"] = bt.low, bt.high
         boot_method = bt.method
     else:

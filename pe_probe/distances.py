@@ -65,7 +65,7 @@ def _refine_close_pairs(xc: np.ndarray, sq: np.ndarray, d2: np.ndarray, rel: flo
             d2[j, i] = v
 
 
-def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0) -> np.ndarray:
+def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, return_order: bool = False):
     """Copy of ``v`` in which values that differ only by floating-point rounding are made equal.
 
     Distances that are equal in exact arithmetic (a grid's ground truth, a sinusoid table) come out
@@ -74,11 +74,13 @@ def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0) -> np
     is <= max(rtol * max|v|, atol) are put in one group, which takes the group's smallest value.
     Cosine / correlation distances (1 - u.v, absolute rounding error ~1e-16 on a 0..2 scale) need
     ``atol``: a table whose rows all point one way has distances that are pure rounding noise.
+    With ``return_order`` also returns the argsort used, which sorts the result too (callers reuse it
+    instead of sorting again).
     """
     v = np.asarray(v, dtype=np.float64)
     if v.size < 2:
-        return v.copy()
-    order = np.argsort(v, kind="stable")
+        return (v.copy(), np.argsort(v)) if return_order else v.copy()
+    order = np.argsort(v)
     vs = v[order]
     scale = float(np.max(np.abs(vs)))
     new = np.empty(len(vs), dtype=bool)
@@ -87,7 +89,7 @@ def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0) -> np
     starts = np.flatnonzero(new)
     out = np.empty_like(v)
     out[order] = vs[starts][np.cumsum(new) - 1]
-    return out
+    return (out, order) if return_order else out
 
 
 def condensed(square: np.ndarray) -> np.ndarray:

@@ -80,19 +80,25 @@ def _compile() -> dict[str, object]:
             for g in range(ng1):
                 s0 = start1[g]
                 s1 = start1[g + 1]
+                if s1 - s0 == 1:  # no tie (the usual case for PE distances): one weight, no branches
+                    w = c[i_s[s0]] * c[j_s[s0]]
+                    dx = before + (w + 1.0) * 0.5 - mean
+                    dy = mr2[g2[s0]] - mean
+                    vx += w * dx * dx
+                    vy += w * dy * dy
+                    cxy += w * dx * dy
+                    before += w
+                    continue
                 wsum = 0.0
                 for k in range(s0, s1):
                     wsum += c[i_s[k]] * c[j_s[k]]
-                if wsum == 0.0:
-                    continue
-                dx = before + (wsum + 1.0) / 2.0 - mean
+                dx = before + (wsum + 1.0) * 0.5 - mean
                 for k in range(s0, s1):
-                    w = c[i_s[k]] * c[j_s[k]]
-                    if w != 0.0:
-                        dy = mr2[g2[k]] - mean
-                        vx += w * dx * dx
-                        vy += w * dy * dy
-                        cxy += w * dx * dy
+                    w = c[i_s[k]] * c[j_s[k]]  # w = 0 adds nothing: no branch needed
+                    dy = mr2[g2[k]] - mean
+                    vx += w * dx * dx
+                    vy += w * dy * dy
+                    cxy += w * dx * dy
                 before += wsum
             if vx <= 0.0 or vy <= 0.0:
                 out[b] = np.nan

@@ -34,10 +34,13 @@ EXACT_BOOTSTRAP_MAX_N = 8192
 _TIE_TOL = 1e-9  # relative tolerance for "null >= observed" (float rounding of identical statistics)
 
 
-def rank(v: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based), identical to `scipy.stats.rankdata(v, method="average")`."""
+def rank(v: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Average ranks (1-based), identical to `scipy.stats.rankdata(v, method="average")`.
+
+    ``order``: an argsort of ``v`` already at hand (skips the sort).
+    """
     v = np.asarray(v)
-    order = np.argsort(v)
+    order = np.argsort(v) if order is None else order
     vs = v[order]
     new = np.empty(len(vs), dtype=bool)
     new[0] = True
@@ -125,8 +128,8 @@ def mantel_prepared(a: np.ndarray, b: np.ndarray, *, n_perm: int = 1000,
 class RankCache:
     """Sort order and tie groups of one condensed vector, for exact resample ranks."""
 
-    def __init__(self, v: np.ndarray, n: int):
-        self.order = np.argsort(v)
+    def __init__(self, v: np.ndarray, n: int, order: np.ndarray | None = None):
+        self.order = np.argsort(v) if order is None else order
         vs = np.asarray(v)[self.order]
         new = np.empty(len(vs), dtype=bool)
         new[0] = True
@@ -152,7 +155,7 @@ class BootstrapResult:
 
 def bootstrap_rsa(pe_dist: np.ndarray, gt_dist: np.ndarray, *, method: str = "spearman", n_boot: int = 1000,
                   seed: int | np.random.Generator | None = 0, level: float = 0.95,
-                  exact: bool | None = None) -> BootstrapResult:
+                  exact: bool | None = None, orders: tuple[np.ndarray, np.ndarray] | None = None) -> BootstrapResult:
     """Percentile bootstrap CI of the RSA correlation, resampling positions with replacement."""
     if method not in ("spearman", "pearson"):
         raise ValueError("the bootstrap CI supports spearman and pearson")
@@ -164,7 +167,8 @@ def bootstrap_rsa(pe_dist: np.ndarray, gt_dist: np.ndarray, *, method: str = "sp
     if exact is None:
         exact = n <= EXACT_BOOTSTRAP_MAX_N
     if exact and method == "spearman":
-        c1, c2 = RankCache(pe_dist, n), RankCache(gt_dist, n)
+        o1, o2 = orders if orders is not None else (None, None)
+        c1, c2 = RankCache(pe_dist, n, o1), RankCache(gt_dist, n, o2)
         samples = kernels.bootstrap_spearman(counts, c1, c2)
         used = "exact"
     elif method == "pearson":

@@ -111,7 +111,7 @@ def run_naive(n: int, d: int, n_perm: int = 1000, n_boot: int = 1000, budget_ite
 
     x_cmds = timed("cmds (full eigh)", cmds)
     x_pca = timed("pca", lambda: np.linalg.svd(table - table.mean(0), full_matrices=False)[0][:, :2])
-    x_sm = timed("smacof (sklearn MDS)", lambda: MDS(n_components=2, metric="precomputed", n_init=1, init=x_cmds,
+    x_sm = timed("smacof (sklearn MDS)", lambda: MDS(n_components=2, metric="precomputed", n_init=1, init="classical_mds",
                                                      max_iter=300, eps=1e-6).fit_transform(squareform(dp)))
 
     def protest_loop():
