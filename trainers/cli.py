@@ -97,8 +97,9 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--ensemble-lrs", default=None, metavar="LIST", help="learning rates, e.g. 1e-4,1e-3")
     g.add_argument("--ensemble-pes", default=None, metavar="LIST", help="PE kinds, e.g. learned,sin2d (one batched group per kind)")
     g.add_argument("--ensemble-max", type=int, default=None, metavar="K", help="at most K runs per batched group (memory; default: all)")
-    g.add_argument("--compile", action="store_true", help="ensemble: torch.compile the batched step (GPU; off by default)")
-    g.add_argument("--bf16", action="store_true", help="ensemble: bf16 autocast on CUDA (ignored on CPU; off by default)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
+                   "worth it on a GPU; off by default)")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step (CUDA only; off by default)")
 
     g = p.add_argument_group("data")
     g.add_argument("--n-per-level", type=int, default=None, help="generated puzzles per difficulty level (default: 3000)")
@@ -254,7 +255,7 @@ def train_main(argv: list[str]) -> int:
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
-    metrics = train(cfg, args.out, force=args.force)
+    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
     return 0

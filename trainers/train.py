@@ -171,8 +171,15 @@ def train(
     *,
     force: bool = False,
     log: Callable[[str], None] | None = None,
+    compile: bool = False,
+    bf16: bool = False,
 ) -> dict[str, float]:
-    """Train (or resume, or report a finished run) and return the last evaluation's metrics."""
+    """Train (or resume, or report a finished run) and return the last evaluation's metrics.
+
+    ``compile`` wraps the model in `torch.compile` for the training steps; ``bf16`` runs them under
+    bf16 autocast (CUDA only). Both are speed options, not part of the run's config, so a run can be
+    resumed with or without them (results then differ within floating-point tolerance).
+    """
     from tqdm.auto import tqdm
 
     validate(cfg)
@@ -186,6 +193,9 @@ def train(
     seed_everything(cfg.seed)
     model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)).to(device)
     optimizer = make_optimizer(model, cfg)
+    if bf16 and device.type != "cuda":
+        raise InputError("--bf16 needs a CUDA device (--device cuda); on the CPU it would only change the numbers")
+    step_model = torch.compile(model) if compile else model  # shares parameters with `model`
 
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
@@ -224,19 +234,24 @@ def train(
         perm = torch.randperm(n_train, generator=g).to(device)
         torch.manual_seed(epoch_seed(cfg.seed, epoch))
         model.train()
-        loss_sum, correct, seen = 0.0, 0, 0
+        # running loss / accuracy stay on the device: no host synchronisation inside the step loop
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        seen = 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            logits = model(train_split.x[idx])
-            loss = F.cross_entropy(logits, train_split.y[idx])
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = step_model(train_split.x[idx])
+                loss = F.cross_entropy(logits.float(), train_split.y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             step += 1
-            loss_sum += loss.item() * len(idx)
-            correct += (logits.argmax(-1) == train_split.y[idx]).sum().item()
+            loss_sum += loss.detach() * len(idx)
+            correct += (logits.argmax(-1) == train_split.y[idx]).sum()
             seen += len(idx)
-        bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}")
+        if not bar.disable:  # one synchronisation per epoch, only when a progress bar is shown
+            bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}", acc=f"{correct.item() / seen:.3f}")
 
         done = epoch + 1
         last = done == epochs

@@ -157,3 +157,21 @@ def test_demo_writes_runs_analyses_comparison_and_summary(tmp_path, capsys):
     capsys.readouterr()
     assert demo_main(argv) == 0  # resumable: a second call skips finished work
     assert "already finished" in capsys.readouterr().out
+
+
+def test_bf16_needs_cuda_and_writes_nothing(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(InputError, match="CUDA"):
+        train_main(["lst", "--out", str(run), "--bf16", *TINY])
+    assert not (run / "last.pt").exists()
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_within_tolerance(tmp_path):
+    """torch.compile is a speed option: same run, same metrics up to floating-point reordering."""
+    assert train_main(["lst", "--out", str(tmp_path / "eager"), *TINY]) == 0
+    assert train_main(["lst", "--out", str(tmp_path / "compiled"), "--compile", *TINY]) == 0
+    a = torch.load(tmp_path / "eager" / "last.pt", weights_only=True)
+    b = torch.load(tmp_path / "compiled" / "last.pt", weights_only=True)
+    for name, t in a["model"].items():
+        torch.testing.assert_close(b["model"][name], t, rtol=1e-3, atol=1e-4)
