@@ -165,6 +165,27 @@ def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] 
 # The loop
 
 
+def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                out: Path, log: Callable[[str], None]) -> tuple[int, int, dict[str, float], float]:
+    """Load a resumed run's weights and optimizer state; return (epoch, step, metrics, elapsed seconds)."""
+    if resume is None:
+        return 0, 0, {}, 0.0
+    model.load_state_dict(resume["model"])
+    optimizer.load_state_dict(resume["optimizer"])
+    _trim_metrics(out / METRICS_FILE, resume["epoch"])
+    log(f"{out}: resuming from epoch {resume['epoch']} (step {resume['step']})")
+    return resume["epoch"], resume["step"], dict(resume["metrics"]), float(resume.get("elapsed_s", 0.0))
+
+
+def save_run_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg_dict: dict,
+                        gt: Any, *, step: int, epoch: int, metrics: dict[str, float], elapsed_s: float) -> None:
+    """Write checkpoints/step-XXXXXXXX.pt and last.pt (atomically) for the current state."""
+    payload = make_payload(model, cfg_dict, gt, step=step, epoch=epoch, metrics=metrics, optimizer=optimizer)
+    payload["elapsed_s"] = elapsed_s
+    save_checkpoint(payload, out / CKPT_DIR / f"step-{step:08d}.pt")
+    save_checkpoint(payload, out / LAST)
+
+
 def train(
     cfg: TrainConfig,
     out_dir: str | os.PathLike,
@@ -209,20 +230,11 @@ def train(
     if n_train == 0:
         raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
 
-    start_epoch, step, metrics, elapsed = 0, 0, {}, 0.0
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        start_epoch, step, metrics = resume["epoch"], resume["step"], dict(resume["metrics"])
-        elapsed = float(resume.get("elapsed_s", 0.0))
-        _trim_metrics(out / METRICS_FILE, start_epoch)
-        log(f"{out}: resuming from epoch {start_epoch} (step {step})")
+    start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
 
     def checkpoint(epoch: int) -> None:
-        payload = make_payload(model, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics, optimizer=optimizer)
-        payload["elapsed_s"] = elapsed + time.time() - t0
-        save_checkpoint(payload, out / CKPT_DIR / f"step-{step:08d}.pt")
-        save_checkpoint(payload, out / LAST)
+        save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,
+                            elapsed_s=elapsed + time.time() - t0)
 
     epochs, bs = cfg.optim.epochs, cfg.optim.batch_size
     t0 = time.time()

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from pe_probe.errors import InputError
-from trainers.checkpoint import load_checkpoint, make_payload, save_checkpoint
+from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
-from trainers.train import (CKPT_DIR, LAST, METRICS_FILE, _trim_metrics, epoch_seed, make_optimizer,
-                            prepare_run_dir, seed_everything)
+from trainers.train import (METRICS_FILE, epoch_seed, make_optimizer, prepare_run_dir, restore_run,
+                            save_run_checkpoint, seed_everything)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
 
@@ -149,20 +149,11 @@ def train_masked(
     train_x = splits["train"].x
     n_train, n_tok = train_x.shape[0], train_x.shape[1]
 
-    start_epoch, step, metrics, elapsed = 0, 0, {}, 0.0
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        start_epoch, step, metrics = resume["epoch"], resume["step"], dict(resume["metrics"])
-        elapsed = float(resume.get("elapsed_s", 0.0))
-        _trim_metrics(out / METRICS_FILE, start_epoch)
-        log(f"{out}: resuming from epoch {start_epoch} (step {step})")
+    start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
 
     def checkpoint(epoch: int) -> None:
-        payload = make_payload(model, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics, optimizer=optimizer)
-        payload["elapsed_s"] = elapsed + time.time() - t0
-        save_checkpoint(payload, out / CKPT_DIR / f"step-{step:08d}.pt")
-        save_checkpoint(payload, out / LAST)
+        save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,
+                            elapsed_s=elapsed + time.time() - t0)
 
     epochs, bs, ratio = cfg.optim.epochs, cfg.optim.batch_size, cfg.data.mask_train
     t0 = time.time()
