@@ -29,24 +29,38 @@ def sinusoid_1d(n: int, d: int, base: float = 10000.0) -> np.ndarray:
     return out
 
 
+def sinusoid(coords: np.ndarray, d: int, base: float = 10000.0) -> np.ndarray:
+    """Fixed sinusoid of k-dimensional coordinates, (N, k) -> (N, d), d divisible by 2k.
+
+    The d dims are split into k equal parts, one per axis, LAST axis first (for (row, col) the first
+    half encodes the column, the second half the row, as in the study). Inside a part of m = d/k dims,
+    dims 2j, 2j+1 are sin(p w_j), cos(p w_j) with w_j = base^(-2j/m): for k = 1 the Transformer
+    sinusoid, for k = 2 the study's w_j = 10000^(-4j/d).
+    """
+    coords = np.asarray(coords, dtype=np.float64)
+    if coords.ndim == 1:
+        coords = coords[:, None]
+    n, k = coords.shape
+    if d % (2 * k):
+        raise InputError(f"a {k}D sinusoid needs a width divisible by {2 * k}, got {d} (trainer: change --d-model)")
+    m = d // k
+    w = base ** (-np.arange(0, m, 2, dtype=np.float64) / m)  # (m/2,)
+    out = np.empty((n, d))
+    for part, axis in enumerate(reversed(range(k))):
+        ang = coords[:, axis:axis + 1] * w  # (N, m/2)
+        out[:, part * m + 0:(part + 1) * m:2] = np.sin(ang)
+        out[:, part * m + 1:(part + 1) * m:2] = np.cos(ang)
+    return out
+
+
 def sinusoid_2d(h: int, w: int, d: int, base: float = 10000.0) -> np.ndarray:
     """The study's 2D sinusoid for a row-major h x w grid, d divisible by 4.
 
     First half of the dims encodes the column c: dims 2k, 2k+1 = sin(c w_k), cos(c w_k) with
     w_k = base^(-4k/d), k = 0..d/4-1; the second half encodes the row r the same way.
     """
-    if d % 4:
-        raise InputError(f"the 2D sinusoid needs a width divisible by 4, got {d}")
     rows, cols = np.divmod(np.arange(h * w), w)
-    k = np.arange(d // 4, dtype=np.float64)
-    freq = base ** (-4 * k / d)
-    out = np.zeros((h * w, d))
-    for half, coord in enumerate((cols, rows)):
-        ang = coord[:, None] * freq[None, :]
-        off = half * d // 2
-        out[:, off + 0: off + d // 2: 2] = np.sin(ang)
-        out[:, off + 1: off + d // 2: 2] = np.cos(ang)
-    return out
+    return sinusoid(np.stack([rows, cols], axis=1), d, base)
 
 
 def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:

@@ -62,23 +62,12 @@ class PESpec:
 
 
 def sinusoid_table(coords: Tensor, d: int, base: float = 10000.0) -> Tensor:
-    """Fixed sinusoid of k-dimensional coordinates, (N, k) -> (N, d).
+    """Fixed sinusoid of k-dimensional coordinates, (N, k) -> (N, d) float32; the definition is
+    `pe_probe.reference.sinusoid` (the study's 2D form for k = 2), so the trainer's fixed tables and
+    the analysis references are the same function."""
+    from pe_probe.reference import sinusoid
 
-    The d dims are split into k equal parts, one per axis, LAST axis first (for (row, col) the first
-    half encodes the column, the second half the row, as in the study). Inside a part of m = d/k dims,
-    dims 2j, 2j+1 are sin(p w_j), cos(p w_j) with w_j = base^(-2j/m). For k=1 this is the classic
-    Transformer sinusoid; for k=2, w_j = 10000^(-4j/d).
-    """
-    n, k = coords.shape
-    if d % (2 * k):
-        raise InputError(f"a {k}D sinusoid needs d_model divisible by {2 * k}, got {d}; change --d-model")
-    m = d // k
-    w = base ** (-torch.arange(0, m, 2, dtype=torch.float64) / m)  # (m/2,)
-    parts = []
-    for axis in reversed(range(k)):
-        ang = coords[:, axis : axis + 1].double() * w  # (N, m/2)
-        parts.append(torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(1))  # (N, m) interleaved
-    return torch.cat(parts, dim=1).float()  # (N, d)
+    return torch.from_numpy(sinusoid(coords.double().numpy(), d, base)).float()
 
 
 def init_table_(t: Tensor, init: str, std: float) -> Tensor:
