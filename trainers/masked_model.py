@@ -14,8 +14,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from trainers.config import ModelConfig, PEConfig
-from trainers.model import Block
-from trainers.pe import PESpec, build_pe, pe_class
+from trainers.model import pe_and_blocks, pe_param_names
 
 
 class MaskedPETransformer(nn.Module):
@@ -24,24 +23,9 @@ class MaskedPETransformer(nn.Module):
     def __init__(self, cfg: ModelConfig, pe_cfg: PEConfig, coords: Tensor, n_in: int, n_out: int):
         super().__init__()
         self.cfg, self.pe_cfg = cfg, pe_cfg
-        coords = torch.as_tensor(coords, dtype=torch.float32)
-        spec = PESpec(cfg.d_model, cfg.n_heads, coords, pe_cfg.init, pe_cfg.init_std, pe_cfg.causal)
-
-        def make():  # a fresh PE module (own table) per call
-            return build_pe(pe_cfg.kind, spec)
-
-        placement = pe_class(pe_cfg.kind).placement
         self.embed = nn.Linear(n_in, cfg.d_model)
-        self.pe = make() if placement == "input" and not pe_cfg.every_layer else None
+        self.pe, self.blocks = pe_and_blocks(cfg, pe_cfg, coords)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(
-                cfg,
-                pe=make() if placement == "input" and pe_cfg.every_layer else None,
-                attn_pe=make() if placement == "attention" else None,
-            )
-            for _ in range(cfg.n_layers)
-        )
         self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.head = nn.Linear(cfg.d_model, n_out)
 
@@ -56,10 +40,7 @@ class MaskedPETransformer(nn.Module):
         return self.head(self.ln_f(h))  # (B, N, n_out)
 
     def pe_param_names(self) -> list[str]:
-        """state_dict names of the additive PE tables in layer order ([] for none/relative/rope)."""
-        if self.pe is not None:
-            return ["pe.table"]
-        return [f"blocks.{i}.pe.table" for i, b in enumerate(self.blocks) if b.pe is not None]
+        return pe_param_names(self.pe, self.blocks)
 
 
 def masked_input(x: Tensor, mask: Tensor) -> Tensor:

@@ -85,31 +85,47 @@ class Block(nn.Module):
         return x
 
 
+def pe_and_blocks(cfg: ModelConfig, pe_cfg: PEConfig, coords: Tensor) -> tuple[PositionalEncoding | None, nn.ModuleList]:
+    """The input PE (or None) and the n_layers blocks, each PE placed as its kind and ``every_layer`` say:
+    one table at the input, a separate table at every block's input, or an attention PE in every block.
+    Shared by every model here so their checkpoints name PE tables alike (``pe.table`` / ``blocks.i.pe.table``).
+    """
+    coords = torch.as_tensor(coords, dtype=torch.float32)
+    spec = PESpec(cfg.d_model, cfg.n_heads, coords, pe_cfg.init, pe_cfg.init_std, pe_cfg.causal)
+
+    def make():  # a fresh PE module (own table) per call
+        return build_pe(pe_cfg.kind, spec)
+
+    placement = pe_class(pe_cfg.kind).placement
+    pe = make() if placement == "input" and not pe_cfg.every_layer else None
+    blocks = nn.ModuleList(
+        Block(
+            cfg,
+            pe=make() if placement == "input" and pe_cfg.every_layer else None,
+            attn_pe=make() if placement == "attention" else None,
+        )
+        for _ in range(cfg.n_layers)
+    )
+    return pe, blocks
+
+
+def pe_param_names(pe: nn.Module | None, blocks: nn.ModuleList) -> list[str]:
+    """state_dict names of the additive PE tables in layer order ([] for none/relative/rope)."""
+    if pe is not None:
+        return ["pe.table"]
+    return [f"blocks.{i}.pe.table" for i, b in enumerate(blocks) if b.pe is not None]
+
+
 class PETransformer(nn.Module):
     """The whole model. ``coords`` (N, k) are the tokens' true positions, used by the PE."""
 
     def __init__(self, cfg: ModelConfig, pe_cfg: PEConfig, coords: Tensor, n_in: int = 5, n_classes: int = 4):
         super().__init__()
         self.cfg, self.pe_cfg = cfg, pe_cfg
-        coords = torch.as_tensor(coords, dtype=torch.float32)
-        spec = PESpec(cfg.d_model, cfg.n_heads, coords, pe_cfg.init, pe_cfg.init_std, pe_cfg.causal)
-
-        def make():  # a fresh PE module (own table) per call
-            return build_pe(pe_cfg.kind, spec)
-
-        placement = pe_class(pe_cfg.kind).placement
         self.embed = nn.Linear(n_in, cfg.d_model)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model)) if cfg.readout == "cls" else None
-        self.pe = make() if placement == "input" and not pe_cfg.every_layer else None
+        self.pe, self.blocks = pe_and_blocks(cfg, pe_cfg, coords)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            Block(
-                cfg,
-                pe=make() if placement == "input" and pe_cfg.every_layer else None,
-                attn_pe=make() if placement == "attention" else None,
-            )
-            for _ in range(cfg.n_layers)
-        )
         self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.head = nn.Linear(cfg.d_model, n_classes)
 
@@ -128,7 +144,4 @@ class PETransformer(nn.Module):
         return self.head(out)
 
     def pe_param_names(self) -> list[str]:
-        """state_dict names of the additive PE tables in layer order ([] for none/relative/rope)."""
-        if self.pe is not None:
-            return ["pe.table"]
-        return [f"blocks.{i}.pe.table" for i, b in enumerate(self.blocks) if b.pe is not None]
+        return pe_param_names(self.pe, self.blocks)
