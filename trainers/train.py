@@ -186,6 +186,18 @@ def save_run_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.opti
     save_checkpoint(payload, out / LAST)
 
 
+def record_evaluation(out: Path, metrics: dict[str, float], *, epoch: int, step: int, seconds: float, msg: str,
+                      bar: Any, log: Callable[[str], None]) -> None:
+    """Append one line to metrics.jsonl and show ``msg`` (above the progress bar when one is shown)."""
+    line = {"epoch": epoch, "step": step, "time": round(seconds, 3), **metrics}
+    with open(out / METRICS_FILE, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    if bar.disable:
+        log(msg)
+    else:
+        bar.write(msg)
+
+
 def train(
     cfg: TrainConfig,
     out_dir: str | os.PathLike,
@@ -271,16 +283,11 @@ def train(
             metrics = {}
             for name, split in splits.items():
                 metrics.update(split_metrics(model, split, name))
-            line = {"epoch": done, "step": step, "time": round(elapsed + time.time() - t0, 3), **metrics}
-            with open(out / METRICS_FILE, "a") as f:
-                f.write(json.dumps(line) + "\n")
             msg = (f"epoch {done}/{epochs} step {step}: train_loss {metrics['train_loss']:.4f} "
                    f"train_acc {metrics['train_acc']:.3f} test_acc {metrics.get('test_acc', float('nan')):.3f} "
                    f"ood_acc {metrics.get('ood_acc', float('nan')):.3f}")
-            if bar.disable:
-                log(msg)
-            else:
-                bar.write(msg)
+            record_evaluation(out, metrics, epoch=done, step=step, seconds=elapsed + time.time() - t0, msg=msg,
+                              bar=bar, log=log)
         if done % cfg.ckpt_every == 0 or last:
             checkpoint(done)
     bar.close()

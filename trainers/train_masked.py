@@ -12,7 +12,6 @@ run of a sweep is scored on the same masked tokens.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ from pe_probe.errors import InputError
 from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
-from trainers.train import (METRICS_FILE, epoch_seed, make_optimizer, prepare_run_dir, restore_run,
+from trainers.train import (epoch_seed, make_optimizer, prepare_run_dir, record_evaluation, restore_run,
                             save_run_checkpoint, seed_everything)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
@@ -182,16 +181,11 @@ def train_masked(
         last = done == epochs
         if done % cfg.eval_every == 0 or last:
             metrics = {"train_loss": loss_sum / seen, **all_metrics(model, splits)}
-            line = {"epoch": done, "step": step, "time": round(elapsed + time.time() - t0, 3), **metrics}
-            with open(out / METRICS_FILE, "a") as f:
-                f.write(json.dumps(line) + "\n")
             msg = (f"epoch {done}/{epochs} step {step}: train_mse {metrics['train_mse']:.4f} "
                    f"test_mse {metrics['test_mse']:.4f} ood_mse {metrics['ood_mse']:.4f} "
                    f"(zero: {metrics['ood_mse_zero']:.4f})")
-            if bar.disable:
-                log(msg)
-            else:
-                bar.write(msg)
+            record_evaluation(out, metrics, epoch=done, step=step, seconds=elapsed + time.time() - t0, msg=msg,
+                              bar=bar, log=log)
         if done % cfg.ckpt_every == 0 or last:
             checkpoint(done)
     bar.close()
