@@ -17,9 +17,9 @@ from . import distances as dist
 from . import stats
 from .errors import InputError
 from .groundtruth import GroundTruth, parse_ground_truth
-from .neighbourhood import neighbourhood_metrics
+from .neighbourhood import default_k, neighbourhood_metrics
 from .probes import probe_r2
-from .procrustes import procrustes_align, protest
+from .procrustes import apply_alignment, procrustes_align, protest
 from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
@@ -168,8 +168,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     for name, emb in raw.items():
         al = procrustes_align(emb, G, allow_reflection=allow_reflection)
         alignments[name] = al
-        embeddings[name] = al.scale * _pad(emb, al.rotation.shape[0]) @ al.rotation + al.translation
-        embeddings[name] = embeddings[name][:, :k]
+        embeddings[name] = apply_alignment(al, emb)[:, :k]
         m[f"recovery_{name}_r2"] = al.r2
         m[f"recovery_{name}_rmse"] = al.rmse
         m[f"recovery_{name}_p"] = (protest(emb, G, allow_reflection=allow_reflection, perms=perms)[0]
@@ -209,7 +208,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         "analysis": {
             "pe_metric": pe_metric, "gt_metric": "euclidean", "methods": list(methods), "n_perm": n_perm,
             "n_boot": n_boot, "bootstrap": boot_method, "mantel": mantel_info, "n_null": n_null, "seed": seed,
-            "allow_reflection": allow_reflection, "neighbours": neighbours or _default_k(n),
+            "allow_reflection": allow_reflection, "neighbours": neighbours or default_k(n),
             "neighbourhood_embedding": nb_method, "smacof_iterations": smacof_iter, "reference": ref_name,
             "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),
         },
@@ -224,16 +223,6 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         gt_distances=gt_d, embeddings=embeddings, raw_embeddings=raw, alignments=alignments,
         explained_variance=evr, null_rsa=null,
     )
-
-
-def _default_k(n: int) -> int:
-    from .neighbourhood import default_k
-
-    return default_k(n)
-
-
-def _pad(x: np.ndarray, k: int) -> np.ndarray:
-    return x if x.shape[1] >= k else np.hstack([x, np.zeros((len(x), k - x.shape[1]))])
 
 
 def _kruskal_stress(coords: np.ndarray, pe_d: np.ndarray) -> float:
