@@ -95,7 +95,7 @@ def model_attention_maps(model: torch.nn.Module, x: Tensor | np.ndarray, batch_s
     try:
         for i in range(0, len(x), batch_size):
             with recording_attention() as records:
-                model(x[i : i + batch_size].to(device))
+                model(x[i : i + batch_size].to(device), readout_only=False)  # every token, every layer
             if len(records) != n_layers:
                 raise RuntimeError(f"recorded {len(records)} attention calls for {n_layers} layers")
             sums = [_grid_part(w.double(), x.shape[1]).sum(dim=(0, 1)).cpu() for w in records]  # (N, N) each

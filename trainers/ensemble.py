@@ -33,6 +33,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import types
 from contextlib import nullcontext
@@ -48,8 +49,8 @@ from torch.func import functional_call, vmap
 from pe_probe.errors import InputError
 from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
-from trainers.evaluate import Split, encode_split, resolve_device
-from trainers.model import PETransformer
+from trainers.evaluate import Split, bf16_autocast, encode_split, resolve_device
+from trainers.model import PETransformer, attend
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, epoch_seed, ground_truth, load_splits,
     make_optimizer, prepare_run_dir, seed_everything,
@@ -69,7 +70,7 @@ def group_key(cfg: TrainConfig) -> str:
 # The batched forward
 
 
-def _math_attention(self, x: Tensor) -> Tensor:
+def _math_attention(self, x: Tensor, query: int | None = None) -> Tensor:
     """`SelfAttention.forward` with the attention written out (vmappable; SDPA is not, on CPU)."""
     B, T, C = x.shape
     nh = self.n_heads
@@ -88,6 +89,8 @@ def _math_attention(self, x: Tensor) -> Tensor:
     if self.training and self.dropout > 0:
         att = F.dropout(att, self.dropout)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+    if query is not None:  # the readout layer: only the query token's output
+        y = y[:, query : query + 1]
     return self.proj(y)
 
 
@@ -170,19 +173,28 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
         h = add_pe(h, P["pe.table"])
     h = drop(h)
     T, C = h.shape[2], h.shape[3]
-    nh = cfg.n_heads
+    nh, hs = cfg.n_heads, C // cfg.n_heads
+    readout = 0 if base.cls is not None else T - 1
     for i, block in enumerate(base.blocks):
         pre = f"blocks.{i}."
         if block.pe is not None and pre + "pe.table" in P:
             h = drop(add_pe(h, P[pre + "pe.table"]))
+        # the last block computes only the readout token (as `PETransformer.forward(readout_only=True)`)
+        query = readout if i == len(base.blocks) - 1 else None
 
-        def attn(z: Tensor) -> Tensor:
-            q, k, v = _linear(z, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]).split(C, dim=-1)
-            q = q.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
-            k = k.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
-            v = v.reshape(K * B, T, nh, C // nh).transpose(1, 2)  # (K B, nh, T, hs)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
-            y = y.transpose(1, 2).reshape(K, B, T, C)  # (K, B, T, C)
+        def attn(z: Tensor) -> Tensor:  # (K, B, T, C) -> (K, B, Tq, C), Tq = T or 1
+            w, b = P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]
+            if query is None:
+                q, k, v = _linear(z, w, b).split(C, dim=-1)
+            else:
+                q = _linear(z[:, :, query : query + 1], w[:, :C], b[:, :C])
+                k, v = _linear(z, w[:, C:], b[:, C:]).split(C, dim=-1)
+            Tq = q.shape[2]
+            q = q.reshape(K * B, Tq, nh, hs).transpose(1, 2)  # (K B, nh, Tq, hs)
+            k = k.reshape(K * B, T, nh, hs).transpose(1, 2)  # (K B, nh, T, hs)
+            v = v.reshape(K * B, T, nh, hs).transpose(1, 2)  # (K B, nh, T, hs)
+            y = attend(q, k, v, dropout_p=p_drop)
+            y = y.transpose(1, 2).reshape(K, B, Tq, C)  # (K, B, Tq, C)
             return _linear(y, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"])
 
         def mlp(z: Tensor) -> Tensor:
@@ -191,15 +203,16 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
 
         ln1 = (P[pre + "ln1.weight"], P[pre + "ln1.bias"])
         ln2 = (P[pre + "ln2.weight"], P[pre + "ln2.bias"])
+        keep = h if query is None else h[:, :, query : query + 1]  # the residual stream of the kept tokens
         if block.pre_ln:
-            h = h + drop(attn(_layer_norm(h, *ln1)))
+            h = keep + drop(attn(_layer_norm(h, *ln1)))
             h = h + drop(mlp(_layer_norm(h, *ln2)))
         else:
-            h = _layer_norm(h + drop(attn(h)), *ln1)
+            h = _layer_norm(keep + drop(attn(h)), *ln1)
             h = _layer_norm(h + drop(mlp(h)), *ln2)
     if "ln_f.weight" in P:
         h = _layer_norm(h, P["ln_f.weight"], P["ln_f.bias"])
-    out = h[:, :, 0] if base.cls is not None else h[:, :, -1]  # (K, B, d)
+    out = h[:, :, 0] if base.cls is not None or len(base.blocks) else h[:, :, -1]  # (K, B, d)
     return _linear(out, P["head.weight"], P["head.bias"])  # (K, B, n_classes)
 
 
@@ -333,11 +346,14 @@ def train_ensemble(
     max_group: int | None = None,
     compile: bool = False,
     amp: bool = False,
+    workers: int | None = None,
 ) -> list[dict[str, float]]:
     """Train (or resume, or report finished) one run per (cfg, out_dir); return each run's last metrics.
 
-    max_group: at most this many members per batched group (memory); compile: ``torch.compile`` the
-    batched training step; amp: bf16 autocast (CUDA only; ignored on CPU).
+    max_group: at most this many members per batched group (default: all on a GPU, `CPU_GROUP` on
+    the CPU); compile: ``torch.compile`` the batched training step; amp: bf16 autocast (GPU, or a CPU
+    with native bf16, see `trainers.evaluate.bf16_autocast`); workers: on the CPU, batched groups
+    trained side by side, one thread and one core each (default: one per core; see `cpu_workers`).
     """
     if len(cfgs) != len(out_dirs):
         raise InputError(f"train_ensemble: {len(cfgs)} configs but {len(out_dirs)} run folders")
@@ -365,19 +381,79 @@ def train_ensemble(
         start = resume["epoch"] if resume is not None else 0
         groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume))
 
+    device = resolve_device(cfgs[0].device)
+    bf16_autocast(device, amp)  # fails before any training where bf16 is unsupported
+    n_workers = cpu_workers(workers, cfgs, device, compile)
+    jobs = []
     for members in groups.values():
-        size = max_group or len(members)
-        for j in range(0, len(members), size):
-            for m, metrics in zip(members[j : j + size], _train_group(members[j : j + size], gt, log, compile, amp)):
-                results[m.index] = metrics
+        size = max_group or (len(members) if n_workers == 1 else min(CPU_GROUP, math.ceil(len(members) / n_workers)))
+        jobs += [members[j : j + size] for j in range(0, len(members), size)]
+    for job, metrics in zip(jobs, _run_jobs(jobs, n_workers, lambda job, stop: _train_group(job, gt, log, compile, amp, stop))):
+        for m, mk in zip(job, metrics):
+            results[m.index] = mk
     return [r if r is not None else {} for r in results]
 
 
-def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], compile: bool, amp: bool) -> list[dict[str, float]]:
+CPU_GROUP = 4  # members per batched group on the CPU: K = 2..4 keeps one group's activations in cache
+
+
+def cpu_workers(workers: int | None, cfgs: Sequence[TrainConfig], device: torch.device, compile: bool) -> int:
+    """How many batched groups train side by side: on the CPU one per core unless told otherwise.
+
+    Why: at the study's sizes one model's step is compute-bound and too small for torch's intra-op
+    threads to share well (2 threads: ~1.2-1.5x one), while independent groups on separate cores scale
+    ~2x. Always 1 on a GPU, with ``compile`` (not thread-safe), and with dropout > 0 (the dropout masks
+    come from torch's global RNG, which threads would share).
+    """
+    if workers is not None and workers < 1:
+        raise InputError(f"--ensemble-workers must be >= 1, got {workers}")
+    if device.type != "cpu" or compile or any(c.model.dropout > 0 for c in cfgs):
+        return 1
+    return workers if workers is not None else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class _Stopped(Exception):
+    """Raised inside a worker thread when another worker failed or the user interrupted."""
+
+
+def _run_jobs(jobs: list[Any], n_workers: int, fn: Callable[[Any, threading.Event], Any]) -> list[Any]:
+    """fn(job, stop) for every job, in order; on ``n_workers`` threads with one torch thread each when > 1.
+
+    When a job fails (or Ctrl-C reaches the main thread) ``stop`` is set; the other workers leave at
+    their next step (their runs resume from their last checkpoint) and the first error is re-raised.
+    """
+    stop = threading.Event()
+    if n_workers == 1 or len(jobs) <= 1:
+        return [fn(job, stop) for job in jobs]
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # each worker thread runs its ops on its own core
+    pool = ThreadPoolExecutor(max_workers=min(n_workers, len(jobs)), thread_name_prefix="ensemble")
+    futures: list[Any] = []
+    try:
+        futures = [pool.submit(fn, job, stop) for job in jobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:  # the first failure stops the rest at once (raised here, handled below)
+            if f in done and f.exception() is not None:
+                raise f.exception()
+        return [f.result() for f in futures]
+    except BaseException:
+        stop.set()
+        for f in futures:
+            f.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        torch.set_num_threads(threads)
+
+
+def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], compile: bool, amp: bool,
+                 stop: threading.Event | None = None) -> list[dict[str, float]]:
     cfg0 = members[0].cfg
     K = len(members)
     device = resolve_device(cfg0.device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if amp and device.type == "cuda" else None
+    autocast = bf16_autocast(device) if amp else None
 
     for m in members:
         m.model.to(device)
@@ -434,6 +510,8 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
                              for m in members]).to(device)  # (K, n_train)
         torch.manual_seed(epoch_seed(cfg0.seed, epoch))
         for i in range(0, n_train, bs):
+            if stop is not None and stop.is_set():
+                raise _Stopped(f"ensemble of {K}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
             losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
             grads = torch.autograd.grad(losses.sum(), params)

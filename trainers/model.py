@@ -22,6 +22,19 @@ from trainers.config import ModelConfig, PEConfig
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
 
+def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+    """`F.scaled_dot_product_attention`, except under CPU bf16 autocast, where it runs in float32.
+
+    At these sizes (16 tokens) the CPU's bf16 attention kernel is several times slower than float32 and
+    the attention holds a few percent of the FLOPs, so only the linear layers run in bf16 there.
+    """
+    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):
+            mask = attn_mask.float() if attn_mask is not None and attn_mask.is_floating_point() else attn_mask
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention (bidirectional) with an optional attention-side PE."""
 
@@ -33,18 +46,35 @@ class SelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.pe = pe
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, query: int | None = None) -> Tensor:
+        """x (B, T, C) -> (B, T, C); with ``query`` only that token's output (B, 1, C) is computed.
+
+        The readout-only form projects one query instead of T (keys and values still see every token);
+        with an attention-side PE it runs the full attention and keeps the query's row. Same maths.
+        """
         B, T, C = x.shape
+        nh, hs = self.n_heads, C // self.n_heads
+        if query is not None and self.pe is None:
+            w_q, w_kv = self.qkv.weight.split([C, 2 * C])
+            b_q, b_kv = self.qkv.bias.split([C, 2 * C])
+            q = F.linear(x[:, query : query + 1], w_q, b_q).view(B, 1, nh, hs).transpose(1, 2)  # (B, nh, 1, hs)
+            k, v = F.linear(x, w_kv, b_kv).split(C, dim=2)
+            k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+            v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+            y = attend(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+            return self.proj(y.transpose(1, 2).reshape(B, 1, C))  # (B, 1, C)
         q, k, v = self.qkv(x).split(C, dim=2)
-        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         bias = None
         if self.pe is not None:
             bias = self.pe.attn_bias(q)  # None or (B, nh, T, T) additive float logit bias
             q, k = self.pe.rotate(q, k)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0)
+        y = attend(q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        if query is not None:
+            y = y[:, query : query + 1]  # (B, 1, C)
         return self.proj(y)
 
 
@@ -73,14 +103,16 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, query: int | None = None) -> Tensor:
+        """x (B, T, d) -> (B, T, d), or only token ``query``'s output (B, 1, d) (the readout layer)."""
         if self.pe is not None:
             x = self.drop(self.pe(x))
+        keep = x if query is None else x[:, query : query + 1]  # the residual stream of the kept tokens
         if self.pre_ln:
-            x = x + self.drop(self.attn(self.ln1(x)))
+            x = keep + self.drop(self.attn(self.ln1(x), query))
             x = x + self.drop(self.mlp(self.ln2(x)))
         else:
-            x = self.ln1(x + self.drop(self.attn(x)))
+            x = self.ln1(keep + self.drop(self.attn(x, query)))
             x = self.ln2(x + self.drop(self.mlp(x)))
         return x
 
@@ -129,18 +161,26 @@ class PETransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.head = nn.Linear(cfg.d_model, n_classes)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x (B, N, n_in) one-hot tokens -> logits (B, n_classes)."""
+    def forward(self, x: Tensor, readout_only: bool = True) -> Tensor:
+        """x (B, N, n_in) one-hot tokens -> logits (B, n_classes).
+
+        readout_only: the last block computes only the readout token (its queries, attention output and
+        MLP for one token instead of all; about a fifth of the training FLOPs at 4 layers). The logits are
+        the same as with the full last layer (up to float rounding); ``False`` runs every token through
+        every layer (used where all tokens' attention is recorded, `trainers.attention`).
+        """
         h = self.embed(x)  # (B, N, d)
         if self.cls is not None:
             h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)  # (B, 1 + N, d)
         if self.pe is not None:
             h = self.pe(h)
         h = self.drop(h)
-        for block in self.blocks:
-            h = block(h)
+        readout = 0 if self.cls is not None else h.shape[1] - 1
+        for i, block in enumerate(self.blocks):
+            last = readout_only and i == len(self.blocks) - 1
+            h = block(h, readout if last else None)
         h = self.ln_f(h)
-        out = h[:, 0] if self.cls is not None else h[:, -1]  # (B, d)
+        out = h[:, 0] if self.cls is not None or readout_only else h[:, -1]  # (B, d)
         return self.head(out)
 
     def pe_param_names(self) -> list[str]:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from pe_probe.errors import InputError
 from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
-from trainers.evaluate import encode_split, resolve_device, split_metrics
+from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics
 from trainers.model import PETransformer
 
 CONFIG_FILE = "config.json"
@@ -210,8 +210,8 @@ def train(
     """Train (or resume, or report a finished run) and return the last evaluation's metrics.
 
     ``compile`` wraps the model in `torch.compile` for the training steps; ``bf16`` runs them under
-    bf16 autocast (CUDA only). Both are speed options, not part of the run's config, so a run can be
-    resumed with or without them (results then differ within floating-point tolerance).
+    bf16 autocast (GPU, or a CPU with native bf16; see `bf16_autocast`). Both are speed options, not
+    part of the run's config, so a run can be resumed with or without them (results then differ within floating-point tolerance).
     """
     from tqdm.auto import tqdm
 
@@ -226,8 +226,7 @@ def train(
     seed_everything(cfg.seed)
     model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)).to(device)
     optimizer = make_optimizer(model, cfg)
-    if bf16 and device.type != "cuda":
-        raise InputError("--bf16 needs a CUDA device (--device cuda); on the CPU it would only change the numbers")
+    bf16_autocast(device, bf16)  # fails here (before the run folder is touched) where bf16 is unsupported
     step_model = torch.compile(model) if compile else model  # shares parameters with `model`
 
     resume = prepare_run_dir(cfg, out, force)
@@ -264,7 +263,7 @@ def train(
         seen = 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+            with bf16_autocast(device, bf16):
                 logits = step_model(train_split.x[idx])
                 loss = F.cross_entropy(logits.float(), train_split.y[idx])
             optimizer.zero_grad(set_to_none=True)

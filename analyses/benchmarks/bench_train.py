@@ -11,11 +11,20 @@ all in this one process so their ratios share the machine's state:
   every layer, `nn.MultiheadAttention` (need_weights left at its default, True), post-LN, MLP 4x with
   GELU, AdamW, batch 128 gathered by indexing, and Python-side `.item()` on the loss and the number
   correct after every step;
-* single: our `PETransformer` (fused SDPA attention) with the step of `trainers.train.train`;
+* single: our `PETransformer` (fused SDPA attention, the last layer computes only the readout token) with
+  the step of `trainers.train.train`;
 * single-nosync: the same, accumulating loss / accuracy on the device (no per-step host sync);
-* ensemble-K: K members in one `trainers.ensemble` batched step (stacked parameters, vmap over
-  functional_call, stacked AdamW), each member with its own batch indices.
-Options on GPU: --compile (torch.compile of the step), --bf16 (bf16 autocast) add variants.
+* ensemble-K: K members trained as `trainers.ensemble.train_ensemble` trains them: batched groups (stacked
+  parameters, one batched matrix product per layer, stacked AdamW, each member with its own batch
+  indices); on a GPU one group of K; on the CPU groups of at most 4 trained side by side on one thread per
+  core (`cpu_workers`);
+* *-bf16: the same under bf16 autocast (default where supported: a GPU, or a CPU with native bf16 such
+  as AVX512-BF16; attention stays float32 on the CPU);
+* *-compile: torch.compile of the step (--compile; the GPU option).
+All of them run with the torch thread count given by --threads (default: torch's default, all cores),
+so the naive baseline is one companion-style process using the whole machine, as in the issue.
+Also measured: the arithmetic bound, the GEMM rate of the model's matrix shape divided by the training
+FLOPs per puzzle (torch's FlopCounterMode), which caps every configuration.
 Data are random one-hot puzzles of the task's shape (16 tokens x 5 channels, 4 classes): the cost of a
 step does not depend on the puzzles' content. Throughput counts puzzles processed by all models.
 Each configuration is measured --rounds times, interleaved with the others; the best round is kept
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import platform
 import sys
@@ -128,22 +138,20 @@ def _our_model(d, device, seed=0):
 
 
 def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, **_):
+    from trainers.evaluate import bf16_autocast
+
     x, y = fake_data(device)
     model, opt, _ = _our_model(d, device)
     fwd = torch.compile(model) if compile else model
-    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 and device.type == "cuda" else None
     perm = torch.randperm(N_TRAIN).to(device)
     acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
            "loss_f": 0.0, "correct_i": 0}
 
     def step(i):  # the inner step of trainers.train.train
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
-        if amp:
-            with amp():
-                logits = fwd(x[idx]).float()
-        else:
+        with bf16_autocast(device, bf16):
             logits = fwd(x[idx])
-        loss = F.cross_entropy(logits, y[idx])
+            loss = F.cross_entropy(logits.float(), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -157,37 +165,50 @@ def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=Fal
     return _time(step, steps, warmup, device), 1
 
 
-def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, **_):
-    from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
+def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, **_):
+    """K members as `trainers.ensemble.train_ensemble` trains them: batched groups (all K on a GPU; at most
+    `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU."""
+    from trainers.ensemble import CPU_GROUP, Stack, StackedOptimizer, _run_jobs, cpu_workers, ensemble_forward, template_model
+    from trainers.evaluate import bf16_autocast
 
     x, y = fake_data(device)
     members = [_our_model(d, device, seed=s) for s in range(k)]
-    models, cfgs = [m[0] for m in members], [m[2] for m in members]
-    stack = Stack.of(models)
-    opt = StackedOptimizer(stack, cfgs, device)
-    base = template_model(models[0])
-    del members, models
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and device.type == "cuda" else None
-    perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in range(k)]).to(device)
-    params = list(stack.params.values())
+    n_workers = cpu_workers(workers, [m[2] for m in members], device, compile)
+    size = k if n_workers == 1 else min(CPU_GROUP, math.ceil(k / n_workers))
 
-    def loss_fn(p, xb, yb):  # the batched step of trainers.ensemble._train_group
-        if amp is not None:
-            with amp:
+    def make_group(lo):
+        group = members[lo : lo + size]
+        stack = Stack.of([m[0] for m in group])
+        opt = StackedOptimizer(stack, [m[2] for m in group], device)
+        base = template_model(group[0][0])
+        perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(lo + s))
+                             for s in range(len(group))]).to(device)
+        params = list(stack.params.values())
+
+        def loss_fn(p, xb, yb):  # the batched step of trainers.ensemble._train_group
+            with bf16_autocast(device, bf16):
                 logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
-        else:
-            logits = ensemble_forward(base, Stack(p, stack.buffers), xb)
-        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
+            return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
 
-    fn = torch.compile(loss_fn) if compile else loss_fn
+        fn = torch.compile(loss_fn) if compile else loss_fn
 
-    def step(i):
-        idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
-        losses = fn(stack.params, x[idx], y[idx])
-        grads = torch.autograd.grad(losses.sum(), params)
-        opt.step(dict(zip(stack.params, grads)))
+        def run(first, n, _stop=None):
+            for i in range(first, first + n):
+                idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
+                losses = fn(stack.params, x[idx], y[idx])
+                grads = torch.autograd.grad(losses.sum(), params)
+                opt.step(dict(zip(stack.params, grads)))
 
-    return _time(step, steps, warmup, device), k
+        return run
+
+    groups = [make_group(lo) for lo in range(0, k, size)]
+    del members
+    _run_jobs(groups, n_workers, lambda run, stop: run(0, warmup))
+    sync(device)
+    t = time.perf_counter()
+    _run_jobs(groups, n_workers, lambda run, stop: run(warmup, steps))
+    sync(device)
+    return time.perf_counter() - t, k
 
 
 def _time(step, steps, warmup, device):
@@ -202,6 +223,45 @@ def _time(step, steps, warmup, device):
 
 
 # ----------------------------------------------------------------------------------------------
+
+
+def flops_per_puzzle(model: nn.Module, device, **kw) -> float:
+    """Training FLOPs (forward + backward) per puzzle, counted by torch's FlopCounterMode on one batch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x, y = fake_data(device)
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x[:BATCH], **kw), y[:BATCH]).backward()
+    return counter.get_total_flops() / BATCH
+
+
+def gemm_rate(d, device, dtype) -> float:
+    """FLOP/s of this device's matrix product at the model's shape (B*16 x d) @ (d x 4d), current threads."""
+    a = torch.randn(BATCH * N_TOK, d, device=device, dtype=dtype)
+    b = torch.randn(d, 4 * d, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    n, t = 0, time.perf_counter()
+    while time.perf_counter() - t < 0.5:
+        a @ b
+        n += 1
+    sync(device)
+    return 2 * a.shape[0] * d * 4 * d * n / (time.perf_counter() - t)
+
+
+def arithmetic_bound(d, device) -> dict:
+    """The most puzzles/s any trainer of this model could reach if it did nothing but matrix products at
+    the measured rate: FLOPs per puzzle (naive: every token through every layer; ours: readout-only last
+    layer) over the GEMM rate, in float32 and bf16. A ratio target above it cannot be met."""
+    from trainers.evaluate import cpu_has_bf16
+
+    ours, _, _ = _our_model(d, device)
+    out = {"flops_naive": flops_per_puzzle(NaiveModel(d).to(device), device), "flops_ours": flops_per_puzzle(ours, device),
+           "gemm_fp32": gemm_rate(d, device, torch.float32)}
+    if device.type == "cuda" or cpu_has_bf16():
+        out["gemm_bf16"] = gemm_rate(d, device, torch.bfloat16)
+    return out
 
 
 def machine(device) -> str:
@@ -261,7 +321,9 @@ def main(argv=None):
     p.add_argument("--cpu-max-kd", type=int, default=64 * 128, help="on CPU, skip ensembles with K x d_model above this")
     p.add_argument("--gpu-full", action="store_true", help="GPU grid: K up to 300, 50 steps, with --compile and --bf16 variants")
     p.add_argument("--compile", action="store_true", help="add torch.compile variants")
-    p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (CUDA only)")
+    p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (default where supported: a GPU, "
+                   "or a CPU with native bf16)")
+    p.add_argument("--no-bf16", action="store_true", help="no bf16 variants")
     p.add_argument("--out", default=str(ROOT / "reports" / "benchmarks"))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -275,6 +337,10 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device available")
+    from trainers.evaluate import cpu_has_bf16
+
+    args.bf16 = (args.bf16 or device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
+    bounds = {d: arithmetic_bound(d, device) for d in args.d_models}
 
     configs = plan(args)
     best: dict[tuple[str, int], dict] = {}
@@ -301,7 +367,7 @@ def main(argv=None):
         naive = best.get(("naive", row["d_model"]))
         row["x_naive"] = round(row["puzzles_per_s"] / naive["puzzles_per_s"], 2) if naive else ""
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
-    text = report(rows, device, load_seen, args)
+    text = report(rows, device, load_seen, args, bounds)
     print(text)
     if not args.no_write:
         out = Path(args.out)
@@ -321,7 +387,7 @@ def main(argv=None):
     return 0
 
 
-def report(rows, device, loads, args) -> str:
+def report(rows, device, loads, args, bounds) -> str:
     lines = [f"Device: {device.type}; machine: {machine(device)}.",
              f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f} "
              f"(anything else running on the machine lowers absolute rates).", "",
@@ -334,9 +400,28 @@ def report(rows, device, loads, args) -> str:
     lines.append(f"full sweep = {SWEEP_RUNS} runs x {SWEEP_EPOCHS} epochs x {N_TRAIN} puzzles at the measured rate "
                  f"(for ensembles, the aggregate rate; evaluation and checkpoint time not included).")
     by = {(r["config"], r["d_model"]): r for r in rows}
+    lines += ["", "Arithmetic bound (measured in this run): training FLOPs per puzzle counted by torch's FlopCounterMode "
+              "(naive: all 16 tokens through all 4 layers; ours: the last layer computes only the readout token), and "
+              f"the rate of one matrix product of the model's shape, (128x16 x d) @ (d x 4d), at {torch.get_num_threads()} "
+              "torch threads. `bound` = GEMM rate / FLOPs per puzzle: what a trainer doing only matrix products at that "
+              "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer).", "",
+              "| d_model | MFLOP/puzzle naive | MFLOP/puzzle ours | GEMM fp32 (GFLOP/s) | bound fp32 (puzzles/s) | bound fp32 x naive "
+              "| GEMM bf16 (GFLOP/s) | bound bf16 (puzzles/s) | bound bf16 x naive |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for d, b in bounds.items():
+        naive = by.get(("naive", d))
+        cells = [f"{b['flops_naive'] / 1e6:.1f}", f"{b['flops_ours'] / 1e6:.1f}"]
+        for key in ("gemm_fp32", "gemm_bf16"):
+            if key not in b:
+                cells += ["", "", ""]
+                continue
+            bound = b[key] / b["flops_ours"]
+            ratio = f"{bound / naive['puzzles_per_s']:.2f}" if naive else ""
+            cells += [f"{b[key] / 1e9:.0f}", f"{bound:.0f}", ratio]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
     if device.type == "cpu":
         lines += ["", "Targets (issue 7, CPU, d_model 64):"]
-        for cfg, target in (("ensemble-8", 3.0), ("single", 1.5)):
+        for cfg, target in (("ensemble-8", 3.0), ("single", 1.5), ("ensemble-8-bf16", 3.0), ("single-bf16", 1.5)):
             r = by.get((cfg, 64))
             got = r["x_naive"] if r and r["x_naive"] != "" else None
             verdict = "not measured" if got is None else ("met" if got >= target else "NOT met")

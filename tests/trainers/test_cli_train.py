@@ -159,11 +159,29 @@ def test_demo_writes_runs_analyses_comparison_and_summary(tmp_path, capsys):
     assert "already finished" in capsys.readouterr().out
 
 
-def test_bf16_needs_cuda_and_writes_nothing(tmp_path):
+def test_bf16_on_a_cpu_without_native_bf16_is_refused_and_writes_nothing(tmp_path, monkeypatch):
+    import trainers.evaluate
+
+    monkeypatch.setattr(trainers.evaluate, "cpu_has_bf16", lambda: False)
     run = tmp_path / "run"
-    with pytest.raises(InputError, match="CUDA"):
+    with pytest.raises(InputError, match="bf16"):
         train_main(["lst", "--out", str(run), "--bf16", *TINY])
-    assert not (run / "last.pt").exists()
+    assert not run.exists() or not any(run.iterdir())
+    with pytest.raises(InputError, match="bf16"):
+        train_main(["lst", "--out", str(tmp_path / "ens"), "--bf16", "--ensemble-seeds", "0,1", *TINY])
+    assert not (tmp_path / "ens").exists() or not any((tmp_path / "ens").rglob("*.pt"))
+
+
+@pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
+def test_bf16_on_the_cpu_trains_close_to_float32(tmp_path):
+    """bf16 autocast is a speed option: the same run, with the linear layers' products rounded to bf16."""
+    assert train_main(["lst", "--out", str(tmp_path / "fp32"), *TINY]) == 0
+    assert train_main(["lst", "--out", str(tmp_path / "bf16"), "--bf16", *TINY]) == 0
+    a = torch.load(tmp_path / "fp32" / "last.pt", weights_only=True)
+    b = torch.load(tmp_path / "bf16" / "last.pt", weights_only=True)
+    assert abs(a["metrics"]["train_loss"] - b["metrics"]["train_loss"]) < 0.02
+    diffs = [(a["model"][k] - b["model"][k]).abs().max().item() for k in a["model"]]
+    assert 0 < max(diffs) < 0.05  # different rounding, same run
 
 
 @pytest.mark.slow

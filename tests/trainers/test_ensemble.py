@@ -1,6 +1,7 @@
 """Ensemble training: K models in one process give the same runs as training each alone."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -142,7 +143,7 @@ def test_ensemble_resumes_and_solo_trainer_resumes_an_ensemble_run(tmp_path):
     ens.ensemble_split_metrics = crash
     try:
         with pytest.raises(KeyboardInterrupt):
-            train_ensemble(longer, part, log=quiet)
+            train_ensemble(longer, part, log=quiet, workers=1)  # one thread: a deterministic crash point
     finally:
         ens.ensemble_split_metrics = real
     assert load_checkpoint(part[0] / "last.pt")["epoch"] == 2
@@ -174,3 +175,73 @@ def test_cli_ensemble_writes_one_run_folder_per_combination(tmp_path, capsys):
         train_main(common + ["--seed", "3", "--ensemble-seeds", "0,1"])
     with pytest.raises(InputError, match="ensemble-sigmas"):
         train_main(common + ["--ensemble-sigmas", "0.1,x"])
+
+
+@pytest.mark.parametrize("kind,norm,readout", [("learned", "post", "last"), ("sin2d", "pre", "cls"), ("relative", "post", "last")])
+def test_batched_forward_equals_each_members_full_forward(kind, norm, readout):
+    """ensemble_forward (stacked weights, pruned readout layer) == every member's own full forward."""
+    from pe_probe.groundtruth import grid
+    from trainers.config import ModelConfig, PEConfig
+    from trainers.ensemble import Stack, ensemble_forward, template_model
+    from trainers.model import PETransformer
+
+    coords = torch.as_tensor(grid(4, 4).coords, dtype=torch.float32)
+    cfg = ModelConfig(d_model=16, n_layers=3, n_heads=2, mlp_ratio=2.0, norm=norm, readout=readout)
+    models = []
+    for s in range(3):
+        torch.manual_seed(s)
+        models.append(PETransformer(cfg, PEConfig(kind=kind, every_layer=kind == "learned", init_std=0.5), coords))
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.one_hot(torch.randint(0, 6, (3, 9, 16), generator=g), 6)[..., 1:].float()
+    got = ensemble_forward(template_model(models[0]), Stack.of(models), x)
+    want = torch.stack([m(x[k], readout_only=False) for k, m in enumerate(models)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_worker_threads_give_the_same_runs_as_one_thread(tmp_path):
+    """Groups trained side by side on worker threads (the CPU default) equal serial training and solo runs."""
+    cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1, 2)]
+    threads = torch.get_num_threads()
+    train_ensemble(cfgs, [tmp_path / "serial" / str(i) for i in range(3)], log=quiet, workers=1)
+    train_ensemble(cfgs, [tmp_path / "threads" / str(i) for i in range(3)], log=quiet, workers=2, max_group=1)
+    train(cfgs[2], tmp_path / "solo", log=quiet)
+    for i in range(3):
+        assert_same_run(tmp_path / "serial" / str(i), tmp_path / "threads" / str(i))
+    assert_same_run(tmp_path / "solo", tmp_path / "threads" / "2")
+    assert torch.get_num_threads() == threads  # the caller's torch thread count is restored
+
+
+def test_a_failing_worker_stops_the_others_and_the_error_surfaces(tmp_path):
+    import trainers.ensemble as ens
+
+    cfgs = [tiny(seed=s, **{"optim.epochs": 6, "ckpt_every": 1, "eval_every": 1}) for s in (0, 1)]
+    real = ens.ensemble_split_metrics
+    state = {"n": 0}
+
+    def fail_once(*a, **k):  # the first evaluation fails; every later one is slow
+        state["n"] += 1
+        if state["n"] == 1:
+            raise RuntimeError("disk full")
+        time.sleep(0.05)
+        return real(*a, **k)
+
+    ens.ensemble_split_metrics = fail_once
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=quiet, workers=2, max_group=1)
+    finally:
+        ens.ensemble_split_metrics = real
+    epochs = [load_checkpoint(p / "last.pt")["epoch"] for p in (tmp_path / "a", tmp_path / "b") if (p / "last.pt").exists()]
+    assert all(e < 6 for e in epochs)  # the surviving worker left early instead of finishing its run
+
+
+def test_worker_count_rules():
+    from trainers.ensemble import cpu_workers
+
+    cpu, cfg = torch.device("cpu"), tiny()
+    assert cpu_workers(3, [cfg], cpu, compile=False) == 3
+    assert cpu_workers(3, [cfg], cpu, compile=True) == 1  # torch.compile is not thread-safe
+    assert cpu_workers(3, [tiny(**{"model.dropout": 0.1})], cpu, compile=False) == 1  # shared global RNG
+    assert cpu_workers(None, [cfg], cpu, compile=False) >= 1
+    with pytest.raises(InputError):
+        cpu_workers(0, [cfg], cpu, compile=False)

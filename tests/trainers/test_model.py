@@ -116,3 +116,23 @@ def test_study_sized_model_shapes():
     m = PETransformer(ModelConfig(), PEConfig(kind="learned", every_layer=True), coords_for("learned"))
     assert len(m.blocks) == 4 and m.blocks[0].mlp.fc.out_features == 640
     assert m.blocks[0].pe.table.shape == (16, 160)
+
+
+@pytest.mark.parametrize("kind,every_layer", CASES)
+@pytest.mark.parametrize("norm,readout", [("post", "last"), ("pre", "cls"), ("post", "cls")])
+def test_readout_only_last_layer_gives_the_full_models_logits_and_gradients(kind, every_layer, norm, readout):
+    """The pruned last block (one query token) is the same function as running every token through it."""
+    model = tiny(kind, every_layer, norm=norm, readout=readout)
+    x, y = batch(7)
+    grads = []
+    for readout_only in (True, False):
+        model.zero_grad()
+        logits = model(x, readout_only=readout_only)
+        torch.nn.functional.cross_entropy(logits, y).backward()
+        grads.append((logits.detach(), [p.grad.clone() if p.grad is not None else None for p in model.parameters()]))
+    (l_pruned, g_pruned), (l_full, g_full) = grads
+    torch.testing.assert_close(l_pruned, l_full, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_pruned, g_full):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
