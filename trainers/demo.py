@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config import make_config
-from trainers.train import train
+from trainers.ensemble import train_ensemble
 
 SIGMAS = {"sigma-0.1": 0.1, "sigma-2.0": 2.0}
 ACCURACY_KEYS = ("ood_acc", "ood_acc_binary", "ood_acc_ternary", "ood_acc_quaternary", "test_acc")
@@ -91,18 +91,17 @@ def run_demo(
     from pe_probe.compare import compare
 
     out = Path(out)
-    acc: dict[str, dict] = {}
+    cfgs = {name: make_config("quick", {
+        "pe.kind": "learned", "pe.init": "normal", "pe.init_std": sigma,
+        "optim.epochs": epochs, "data.n_per_level": n_per_level, "device": device,
+    }) for name, sigma in SIGMAS.items()}
+    cfg = next(iter(cfgs.values()))
+    fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs) for name, c in cfgs.items()}
+    # both runs as one ensemble: on a GPU one batched group; on the CPU side by side, one core each
+    print(f"== training {', '.join(cfgs)} ({cfg.optim.epochs} epochs, as one ensemble) ==", flush=True)
+    results = train_ensemble(list(cfgs.values()), [out / "runs" / name for name in cfgs], force=force)
+    acc: dict[str, dict] = dict(zip(cfgs, results))
     ident: dict[str, dict] = {}
-    cfg = None
-    fresh = {}  # runs (re)trained by this call: their analyses and the comparison are redone
-    for name, sigma in SIGMAS.items():
-        cfg = make_config("quick", {
-            "pe.kind": "learned", "pe.init": "normal", "pe.init_std": sigma,
-            "optim.epochs": epochs, "data.n_per_level": n_per_level, "device": device,
-        })
-        print(f"== training {name} ({cfg.optim.epochs} epochs) ==", flush=True)
-        fresh[name] = force or not _finished(out / "runs" / name, cfg.optim.epochs)
-        acc[name] = train(cfg, out / "runs" / name, force=force)
     for name in SIGMAS:
         print(f"== analysing {name} ==", flush=True)
         ident[name] = _analysis(out / "runs" / name, out / "analysis" / name, fresh[name])

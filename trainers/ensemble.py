@@ -7,21 +7,28 @@ optimizer state included (so a member can later be resumed by the single-model t
 with ``pe-probe analyze RUN/last.pt``).
 
 How: members that share an architecture are one *group*. Their parameters are stacked along a new
-leading model axis (K, ...) and one forward pass runs all of them with ``torch.func.vmap`` over
-``torch.func.functional_call`` of a template `PETransformer`; every linear layer becomes one batched
-matrix product. Each member keeps its own data order (its own per-epoch permutation, seeded by
+leading model axis (K, ...) and one forward pass runs all of them: `explicit_forward` writes the model
+with a model axis (every linear layer one batched matrix product, fused attention) for PEs added to the
+input; attention-side PEs (relative, RoPE) go through ``torch.func.vmap`` over
+``torch.func.functional_call`` of a template `PETransformer`. Each member keeps its own data order (its own per-epoch permutation, seeded by
 (its seed, epoch) exactly as in `train`), its own initialisation (built with its own seed, exactly as in
 `train`) and its own optimizer state (AdamW / SGD written out below on the stacked tensors, with a
 per-member learning rate and weight decay). The loss of the group is the sum of the members' mean
 losses, so each member's gradient is its own.
+
+Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
+compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
+trained side by side, one per worker thread with one torch thread each (`cpu_workers`; the results are
+the same, tested). Both ways the last layer computes only the readout token, as `PETransformer` does.
 
 What may differ inside a group: `VARYING` (seed, PE init and sigma, learning rate, weight decay,
 momentum). Members that differ in anything else (PE kind, width, epochs, data, ...) go to separate
 groups, trained one after the other. A member resuming from a different epoch is its own group too.
 
 Differences from the single-model trainer (documented, tested where exact):
-* attention is computed as softmax(q k^T / sqrt(hs) + bias) v instead of the fused SDPA kernel (which
-  has no vmap batching rule on CPU); same maths, float32 rounding differs at ~1e-7;
+* with attention-side PEs (the vmap path) attention is computed as softmax(q k^T / sqrt(hs) + bias) v
+  instead of the fused SDPA kernel (which has no vmap batching rule on CPU); same maths, float32
+  rounding differs at ~1e-7;
 * with dropout > 0 the dropout masks differ from solo runs (vmap draws different masks per member);
   with the study's dropout 0 the runs match solo training within float tolerance.
 """
@@ -452,6 +459,7 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
                  stop: threading.Event | None = None) -> list[dict[str, float]]:
     cfg0 = members[0].cfg
     K = len(members)
+    name_of = members[0].out.name if K == 1 else f"ensemble of {K} ({members[0].out.name}, ...)"  # for log lines
     device = resolve_device(cfg0.device)
     autocast = bf16_autocast(device) if amp else None
 
@@ -472,7 +480,7 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
             elapsed[k] = float(m.resume.get("elapsed_s", 0.0))
             _trim_metrics(m.out / METRICS_FILE, start_epoch)
     if start_epoch:
-        log(f"ensemble of {K}: resuming from epoch {start_epoch} (step {step})")
+        log(f"{name_of}: resuming from epoch {start_epoch} (step {step})")
     base = template_model(members[0].model)
 
     splits = {name: encode_split(ps, device) for name, ps in load_splits(cfg0).items()}
@@ -511,7 +519,7 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
         torch.manual_seed(epoch_seed(cfg0.seed, epoch))
         for i in range(0, n_train, bs):
             if stop is not None and stop.is_set():
-                raise _Stopped(f"ensemble of {K}: stopped at epoch {epoch} because another worker failed")
+                raise _Stopped(f"{name_of}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
             losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
             grads = torch.autograd.grad(losses.sum(), params)
@@ -531,9 +539,13 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
                 with open(m.out / METRICS_FILE, "a") as f:
                     f.write(json.dumps(line) + "\n")
             ood = torch.tensor([mk.get("ood_acc", float("nan")) for mk in metrics])
-            log(f"ensemble of {K}: epoch {done}/{epochs} step {step}: train_loss mean "
-                f"{sum(mk['train_loss'] for mk in metrics) / K:.4f}  ood_acc min/mean/max "
-                f"{ood.min():.3f}/{ood.mean():.3f}/{ood.max():.3f}")
+            if K == 1:
+                log(f"{name_of}: epoch {done}/{epochs} step {step}: train_loss {metrics[0]['train_loss']:.4f}  "
+                    f"ood_acc {ood[0]:.3f}")
+            else:
+                log(f"{name_of}: epoch {done}/{epochs} step {step}: train_loss mean "
+                    f"{sum(mk['train_loss'] for mk in metrics) / K:.4f}  ood_acc min/mean/max "
+                    f"{ood.min():.3f}/{ood.mean():.3f}/{ood.max():.3f}")
         if done % cfg0.ckpt_every == 0 or last:
             checkpoint(done)
     return metrics
