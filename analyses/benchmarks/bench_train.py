@@ -226,11 +226,16 @@ def _time(step, steps, warmup, device):
 
 
 def flops_per_puzzle(model: nn.Module, device, **kw) -> float:
-    """Training FLOPs (forward + backward) per puzzle, counted by torch's FlopCounterMode on one batch."""
+    """Training FLOPs (forward + backward) per puzzle, counted by torch's FlopCounterMode on one batch.
+
+    Attention runs on the math SDPA backend here: the fused CPU kernel has no FLOP formula and would
+    count as zero.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     x, y = fake_data(device)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         F.cross_entropy(model(x[:BATCH], **kw), y[:BATCH]).backward()
     return counter.get_total_flops() / BATCH
 

@@ -1,0 +1,53 @@
+"""The benchmark scripts run end to end at toy sizes and write what the reports quote."""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "analyses" / "benchmarks"))
+
+import bench_train  # noqa: E402
+
+
+def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
+    argv = ["--d-models", "16", "--ks", "2,3", "--steps", "2", "--warmup", "1", "--rounds", "1", "--threads", "1",
+            "--no-bf16", "--out", str(tmp_path)]
+    assert bench_train.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "train.csv")))
+    configs = {r["config"] for r in rows}
+    assert {"naive", "single", "single-nosync", "ensemble-2", "ensemble-3"} <= configs
+    assert all(float(r["puzzles_per_s"]) > 0 and float(r["x_naive"]) > 0 for r in rows)
+    text = (tmp_path / "train.md").read_text()
+    assert "Arithmetic bound" in text and "| 16 |" in text and "Targets (issue 7" in text
+
+
+def test_our_model_needs_fewer_flops_per_puzzle_than_the_naive_loop():
+    """Readout-only last layer: at 4 layers about a fifth fewer training FLOPs than the full model."""
+    dev = torch.device("cpu")
+    ours, _, _ = bench_train._our_model(32, dev)
+    full = bench_train.flops_per_puzzle(ours, dev, readout_only=False)
+    pruned = bench_train.flops_per_puzzle(ours, dev)
+    naive = bench_train.flops_per_puzzle(bench_train.NaiveModel(32), dev)
+    assert pruned < 0.85 * full
+    assert full == pytest.approx(naive, rel=0.05)  # same architecture when nothing is pruned
+
+
+def test_ensemble_benchmark_runs_groups_on_worker_threads():
+    secs, k = bench_train.bench_ensemble(16, torch.device("cpu"), 2, 1, k=3, workers=2)
+    assert k == 3 and secs > 0
+
+
+@pytest.mark.slow
+def test_precision_check_trains_three_arithmetics_and_reports(tmp_path):
+    import precision_check
+
+    argv = ["--seeds", "0", "--sigmas", "0.1,2.0", "--epochs", "1", "--work", str(tmp_path / "runs"),
+            "--out", str(tmp_path / "out")]
+    assert precision_check.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "out" / "precision.csv")))
+    assert len(rows) == 2 and "ood_fp32-solo" in rows[0]
+    assert "Mean OOD at sigma 0.1 minus at sigma 2" in (tmp_path / "out" / "precision.md").read_text()
