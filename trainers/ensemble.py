@@ -10,11 +10,11 @@ How: members that share an architecture are one *group*. Their parameters are st
 leading model axis (K, ...) and one forward pass runs all of them: `explicit_forward` writes the model
 with a model axis (every linear layer one batched matrix product, fused attention) for PEs added to the
 input; attention-side PEs (relative, RoPE) go through ``torch.func.vmap`` over
-``torch.func.functional_call`` of a template `PETransformer`. Each member keeps its own data order (its own per-epoch permutation, seeded by
-(its seed, epoch) exactly as in `train`), its own initialisation (built with its own seed, exactly as in
-`train`) and its own optimizer state (AdamW / SGD written out below on the stacked tensors, with a
-per-member learning rate and weight decay). The loss of the group is the sum of the members' mean
-losses, so each member's gradient is its own.
+``torch.func.functional_call`` of a template `PETransformer`. Each member keeps its own data order
+(its own per-epoch permutation, seeded by (its seed, epoch) exactly as in `train`), its own
+initialisation (built with its own seed, exactly as in `train`) and its own optimizer state (AdamW /
+SGD written out below on the stacked tensors, with a per-member learning rate and weight decay). The
+loss of the group is the sum of the members' mean losses, so each member's gradient is its own.
 
 Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are

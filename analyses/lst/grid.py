@@ -109,12 +109,13 @@ def controls(sigma: float, seed: int, preset: str, base: dict[str, Any]) -> list
 
 
 def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "default", seeds: int | None = None,
-               epochs: int | None = None, base_overrides: dict[str, Any] | None = None,
+               sigma_seeds: int | None = None, epochs: int | None = None, base_overrides: dict[str, Any] | None = None,
                include: tuple[str, ...] = ("sigma", "pe_type", "placement", "control")) -> list[RunSpec]:
     """The sweep's runs in priority order.
 
     ``sigmas``: "default" (10 values), "full" (0.1..2.0 step 0.1) or a tuple. ``seeds`` overrides the
-    preset's number of seeds for every group. ``epochs`` shortens/lengthens runs (checkpoints are spread
+    preset's number of seeds for every group; ``sigma_seeds`` then for the sigma grid alone (its 2D-sinusoid
+    reference runs follow, one per seed). ``epochs`` shortens/lengthens runs (checkpoints are spread
     to keep ~``n_ckpts`` per run). ``base_overrides``: dotted keys applied to every run (tests use a tiny
     model). ``include`` picks the groups.
     """
@@ -122,7 +123,7 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_SETTINGS)}")
     st = PRESET_SETTINGS[preset]
     sig = {"default": SIGMAS_DEFAULT, "full": SIGMAS_FULL}[sigmas] if isinstance(sigmas, str) else tuple(sigmas)
-    n_seeds = seeds if seeds is not None else st["seeds"]
+    n_seeds = sigma_seeds if sigma_seeds is not None else seeds if seeds is not None else st["seeds"]
     n_type = seeds if seeds is not None else st["type_seeds"]
     n_ctrl = seeds if seeds is not None else st["control_seeds"]
     n_epochs = epochs if epochs is not None else PRESET_EPOCHS[preset]

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="quick", choices=sorted(PRESET_SETTINGS))
     p.add_argument("--sigmas", default="default", help="default (10 values 0.01..2.0), full (0.1..2.0 step 0.1) or a comma list")
     p.add_argument("--seeds", type=int, default=None, help="seeds per group (quick: 2 for the sigma grid, 1 otherwise; paper: 15)")
+    p.add_argument("--sigma-seeds", type=int, default=None, metavar="N",
+                   help="seeds of the sigma grid alone (and its sin2d reference), e.g. 4 for firmer sigma statistics")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (quick 40, paper 4000)")
     p.add_argument("--workers", type=int, default=2, help="parallel training processes (1 thread each)")
     p.add_argument("--backend", default="local", choices=("local", "ray"),
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     sigmas = args.sigmas if args.sigmas in ("default", "full") else tuple(float(s) for s in args.sigmas.split(","))
-    grid = build_grid(args.preset, sigmas=sigmas, seeds=args.seeds, epochs=args.epochs,
+    grid = build_grid(args.preset, sigmas=sigmas, seeds=args.seeds, sigma_seeds=args.sigma_seeds, epochs=args.epochs,
                       base_overrides=parse_overrides(args.overrides), include=tuple(args.groups.split(",")))
     url = "://" in args.root
     if url and args.backend != "ray":

@@ -48,6 +48,16 @@ def test_quick_grid_covers_the_study():
     assert cfg.optim.epochs == 40 and cfg.ckpt_every == 5 and cfg.pe.every_layer
 
 
+def test_sigma_seeds_add_seeds_to_the_sigma_grid_only():
+    g = G.build_grid("quick", sigma_seeds=4)
+    sig = [s for s in g if s.tags["group"] == "sigma"]
+    assert {s.tags["seed"] for s in sig} == {0, 1, 2, 3} and len(sig) == 40
+    assert {s.tags["seed"] for s in g if s.tags["pe"] == "sin2d"} == {0, 1, 2, 3}  # a reference per seed
+    others = [s for s in g if s.tags["group"] in ("pe_type", "control", "placement") and s.tags["pe"] != "sin2d"]
+    assert {s.tags["seed"] for s in others} == {0}
+    assert len(g) == 35 + 20 + 2
+
+
 def test_full_sigmas_paper_preset_and_epochs_override():
     assert G.SIGMAS_FULL == tuple(round(0.1 * i, 1) for i in range(1, 21))
     g = G.build_grid("paper", sigmas="full", include=("sigma",))
