@@ -374,12 +374,20 @@ def train_ensemble(
     log = log or (lambda s: print(s, flush=True))
     results: list[dict[str, float] | None] = [None] * len(cfgs)
     gt = ground_truth(cfgs[0].task)
+    for cfg in cfgs:
+        validate(cfg)
+    # settings that can fail are checked before any run folder is touched
+    device = resolve_device(cfgs[0].device)
+    bf16_autocast(device, amp)
+    n_workers = cpu_workers(workers, cfgs, device, compile)
+
+    models = []
+    for cfg in cfgs:  # every model first: a bad PE / width combination fails before any folder is written
+        seed_everything(cfg.seed)  # the same init as `train`
+        models.append(PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)))
 
     groups: dict[tuple[str, int], list[_Member]] = {}
-    for i, (cfg, out) in enumerate(zip(cfgs, outs)):
-        validate(cfg)
-        seed_everything(cfg.seed)  # the same init as `train`
-        model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords))
+    for i, (cfg, out, model) in enumerate(zip(cfgs, outs, models)):
         resume = prepare_run_dir(cfg, out, force)
         if resume is not None and resume["epoch"] >= cfg.optim.epochs:
             log(f"{out}: run already finished at epoch {resume['epoch']}")
@@ -388,9 +396,6 @@ def train_ensemble(
         start = resume["epoch"] if resume is not None else 0
         groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume))
 
-    device = resolve_device(cfgs[0].device)
-    bf16_autocast(device, amp)  # fails before any training where bf16 is unsupported
-    n_workers = cpu_workers(workers, cfgs, device, compile)
     jobs = []
     for members in groups.values():
         size = max_group or (len(members) if n_workers == 1 else min(CPU_GROUP, math.ceil(len(members) / n_workers)))

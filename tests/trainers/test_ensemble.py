@@ -245,3 +245,12 @@ def test_worker_count_rules():
     assert cpu_workers(None, [cfg], cpu, compile=False) >= 1
     with pytest.raises(InputError):
         cpu_workers(0, [cfg], cpu, compile=False)
+
+
+def test_bad_settings_fail_before_any_run_folder_is_written(tmp_path):
+    outs = [tmp_path / "a", tmp_path / "b"]
+    with pytest.raises(InputError, match="workers"):
+        train_ensemble([tiny(), tiny(seed=1)], outs, log=quiet, workers=0)
+    with pytest.raises(InputError):  # the second member's PE does not fit its width: nothing written for the first
+        train_ensemble([tiny(), tiny(seed=1, **{"pe.kind": "sin3d", "model.d_model": 16})], outs, log=quiet)
+    assert not any(o.exists() for o in outs)
