@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-all bench clean
+.PHONY: install demo test test-slow test-all bench bench-train clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,11 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_analyze.py
+
+# training throughput (~7 min on 2 cores) and the arithmetic check (~10 min); both rewrite reports/benchmarks/
+bench-train: $(STAMP)
+	$(BIN)/python analyses/benchmarks/bench_train.py --rounds 3
+	$(BIN)/python analyses/benchmarks/precision_check.py
 
 clean:
 	rm -rf $(VENV) out
