@@ -703,11 +703,13 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
     L.append(f"- Hardware: {machine()}."
              + (f" Training time per run: median {secs.median():.0f} s (range {secs.min():.0f}-{secs.max():.0f} s, "
-                "2 runs in parallel on a machine shared with other work)." if len(secs) else ""))
+                "2 runs in parallel)." if len(secs) else ""))
     L.append("- Model: " + model_line(root, runs) + " The paper preset (d_model 160, lr 1e-4, 4,000 epochs, 15 seeds) "
              "is for a GPU and was not run here.")
     L.append("- Held-out (OOD) set: 108 generated puzzles (36 per level), every training puzzle at Jaccard distance ≥ 0.8 "
-             "(the study's 108 human-study puzzles are not public). Chance is 25%.")
+             "(the study's 108 human-study puzzles are not public). Chance is 25%. One run's held-out accuracy at 40 "
+             "epochs is sensitive to floating-point rounding (a different summation order moves it by several points: "
+             "`reports/benchmarks/precision.md`), so σ values are compared over seeds.")
     L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
              "layer 0, attention maps (trajectories). 500 permutations / 500 bootstrap resamples; reference `sin2d:4x4`; "
              "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.\n")
