@@ -398,7 +398,7 @@ def train_ensemble(
 
     jobs = []
     for members in groups.values():
-        size = max_group or (len(members) if n_workers == 1 else min(CPU_GROUP, math.ceil(len(members) / n_workers)))
+        size = group_size(len(members), n_workers, max_group)
         jobs += [members[j : j + size] for j in range(0, len(members), size)]
     for job, metrics in zip(jobs, _run_jobs(jobs, n_workers, lambda job, stop: _train_group(job, gt, log, compile, amp, stop))):
         for m, mk in zip(job, metrics):
@@ -421,7 +421,22 @@ def cpu_workers(workers: int | None, cfgs: Sequence[TrainConfig], device: torch.
         raise InputError(f"--ensemble-workers must be >= 1, got {workers}")
     if device.type != "cpu" or compile or any(c.model.dropout > 0 for c in cfgs):
         return 1
-    return workers if workers is not None else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return workers if workers is not None else usable_cores()
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def group_size(n_members: int, n_workers: int, max_group: int | None = None) -> int:
+    """Members per batched group: ``max_group`` if given, else all of them with one worker (a GPU), else
+    at most `CPU_GROUP` and few enough that every worker gets a group."""
+    if max_group:
+        return max_group
+    return n_members if n_workers == 1 else min(CPU_GROUP, math.ceil(n_members / n_workers))
 
 
 class _Stopped(Exception):

@@ -54,17 +54,16 @@ class SelfAttention(nn.Module):
         """
         B, T, C = x.shape
         nh, hs = self.n_heads, C // self.n_heads
-        if query is not None and self.pe is None:
+        one_query = query is not None and self.pe is None  # project only the query token's q
+        if one_query:
             w_q, w_kv = self.qkv.weight.split([C, 2 * C])
             b_q, b_kv = self.qkv.bias.split([C, 2 * C])
-            q = F.linear(x[:, query : query + 1], w_q, b_q).view(B, 1, nh, hs).transpose(1, 2)  # (B, nh, 1, hs)
+            q = F.linear(x[:, query : query + 1], w_q, b_q)
             k, v = F.linear(x, w_kv, b_kv).split(C, dim=2)
-            k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-            v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-            y = attend(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-            return self.proj(y.transpose(1, 2).reshape(B, 1, C))  # (B, 1, C)
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        else:
+            q, k, v = self.qkv(x).split(C, dim=2)
+        Tq = q.shape[1]
+        q = q.view(B, Tq, nh, hs).transpose(1, 2)  # (B, nh, Tq, hs)
         k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         bias = None
@@ -72,9 +71,9 @@ class SelfAttention(nn.Module):
             bias = self.pe.attn_bias(q)  # None or (B, nh, T, T) additive float logit bias
             q, k = self.pe.rotate(q, k)
         y = attend(q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        if query is not None:
-            y = y[:, query : query + 1]  # (B, 1, C)
+        y = y.transpose(1, 2).reshape(B, Tq, C)  # (B, Tq, C)
+        if query is not None and not one_query:
+            y = y[:, query : query + 1]  # attention-side PE: full attention, keep the query's row
         return self.proj(y)
 
 

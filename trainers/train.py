@@ -214,7 +214,8 @@ def train(
 
     ``compile`` wraps the model in `torch.compile` for the training steps; ``bf16`` runs them under
     bf16 autocast (GPU, or a CPU with native bf16; see `bf16_autocast`). Both are speed options, not
-    part of the run's config, so a run can be resumed with or without them (results then differ within floating-point tolerance).
+    part of the run's config, so a run can be resumed with or without them (results then differ within
+    floating-point tolerance).
     """
     from tqdm.auto import tqdm
 

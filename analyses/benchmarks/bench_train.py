@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import platform
 import sys
@@ -136,9 +135,9 @@ def bench_naive(d, device, steps, warmup, **_):
 def bench_naive_parallel(d, device, steps, warmup, workers=None, **_):
     """The naive loop run once per core side by side (one torch thread each): what a user gets by simply
     launching one companion-style process per core. Threads here; the ops release the GIL."""
-    from trainers.ensemble import _run_jobs
+    from trainers.ensemble import _run_jobs, usable_cores
 
-    n = workers or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    n = workers or usable_cores()
     steps_fns = [_naive_step(d, device, seed=s) for s in range(n)]
     _run_jobs(steps_fns, n, lambda step, stop: [step(i) for i in range(warmup)])
     t = time.perf_counter()
@@ -189,13 +188,13 @@ def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=Fal
 def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, **_):
     """K members as `trainers.ensemble.train_ensemble` trains them: batched groups (all K on a GPU; at most
     `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU."""
-    from trainers.ensemble import CPU_GROUP, Stack, StackedOptimizer, _run_jobs, cpu_workers, ensemble_forward, template_model
+    from trainers.ensemble import Stack, StackedOptimizer, _run_jobs, cpu_workers, ensemble_forward, group_size, template_model
     from trainers.evaluate import bf16_autocast
 
     x, y = fake_data(device)
     members = [_our_model(d, device, seed=s) for s in range(k)]
     n_workers = cpu_workers(workers, [m[2] for m in members], device, compile)
-    size = k if n_workers == 1 else min(CPU_GROUP, math.ceil(k / n_workers))
+    size = group_size(k, n_workers)
 
     def make_group(lo):
         group = members[lo : lo + size]

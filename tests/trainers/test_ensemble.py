@@ -243,6 +243,11 @@ def test_worker_count_rules():
     assert cpu_workers(3, [cfg], cpu, compile=True) == 1  # torch.compile is not thread-safe
     assert cpu_workers(3, [tiny(**{"model.dropout": 0.1})], cpu, compile=False) == 1  # shared global RNG
     assert cpu_workers(None, [cfg], cpu, compile=False) >= 1
+    from trainers.ensemble import CPU_GROUP, group_size
+
+    assert group_size(8, 1) == 8  # one worker (a GPU): one batch of all members
+    assert group_size(8, 2) == CPU_GROUP and group_size(3, 2) == 2 and group_size(2, 2) == 1
+    assert group_size(8, 2, max_group=3) == 3
     with pytest.raises(InputError):
         cpu_workers(0, [cfg], cpu, compile=False)
 
