@@ -3,10 +3,10 @@
 `attention_maps` rebuilds the model from a checkpoint (`trainers.evaluate.model_from_checkpoint`),
 runs it on task puzzles and records, for every layer, the attention weights
 softmax(q k^T / sqrt(hs) + bias), averaged over heads and puzzles. The weights are taken from the
-model's own attention code path: while the model runs, the name ``F`` inside `trainers.model` points
-to a thin stand-in for ``torch.nn.functional`` whose ``scaled_dot_product_attention`` also records
-the weights it computes from the q, k and mask it is given (so RoPE rotations and relative-PE
-biases are included exactly as the model applies them). Nothing in `trainers.model` changes; the
+model's own attention code path: while the model runs, the name ``attend`` inside `trainers.model`
+points to a wrapper that also records the weights `trainers.model.attention_weights` computes from the
+q, k and mask it is given (so RoPE rotations and relative-PE biases are included exactly as the model
+applies them). Nothing in `trainers.model` changes; the
 model's outputs are those of the real function. The swap is undone on exit and is not thread-safe.
 
 With a CLS readout the sequence holds 1 + N tokens; the maps returned cover the N grid tokens only
@@ -18,49 +18,15 @@ the ``kernel`` view of `pe_probe.views`.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from typing import Any, Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pe_probe.errors import InputError
-
-
-class _RecordingFunctional:
-    """``torch.nn.functional`` with a ``scaled_dot_product_attention`` that also records its weights."""
-
-    def __init__(self, records: list[Tensor]):
-        self._records = records
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(F, name)
-
-    def scaled_dot_product_attention(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
-                                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                     **kwargs: Any) -> Tensor:
-        self._records.append(attention_weights(q, k, attn_mask, is_causal, scale))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale, **kwargs)
-
-
-def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
-                      scale: float | None = None) -> Tensor:
-    """softmax(q k^T * scale + mask), the weights `F.scaled_dot_product_attention` applies (no dropout).
-
-    q, k: (B, nh, T, hs). A boolean mask keeps True entries; a float mask is added to the logits.
-    """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    logits = (q @ k.transpose(-2, -1)).float() * scale  # (B, nh, T, S)
-    if is_causal:
-        T, S = logits.shape[-2:]
-        logits = logits.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    if attn_mask is not None:
-        logits = logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
-    return torch.softmax(logits, dim=-1)
+from trainers.model import attention_weights  # re-exported: the weights the model applies
 
 
 @contextlib.contextmanager
@@ -69,12 +35,17 @@ def recording_attention() -> Iterator[list[Tensor]]:
     import trainers.model as model_module
 
     records: list[Tensor] = []
-    original = model_module.F
-    model_module.F = _RecordingFunctional(records)
+    original = model_module.attend
+
+    def recording_attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+        records.append(attention_weights(q, k, attn_mask))
+        return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+
+    model_module.attend = recording_attend
     try:
         yield records
     finally:
-        model_module.F = original
+        model_module.attend = original
 
 
 @torch.no_grad()

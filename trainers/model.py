@@ -13,6 +13,8 @@ PE placement (see `trainers.pe`):
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -22,12 +24,37 @@ from trainers.config import ModelConfig, PEConfig
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
-    """`F.scaled_dot_product_attention`, except under CPU bf16 autocast, where it runs in float32.
+MATH_ATTENTION_MAX_TOKENS = 32  # on the CPU, up to this many keys the plain matmul-softmax path is faster
 
-    At these sizes (16 tokens) the CPU's bf16 attention kernel is several times slower than float32 and
-    the attention holds a few percent of the FLOPs, so only the linear layers run in bf16 there.
+
+def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
+                      scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale + mask) in float32, the weights `F.scaled_dot_product_attention` applies.
+
+    q (B, nh, Tq, hs), k (B, nh, T, hs) -> (B, nh, Tq, T). A boolean mask keeps True entries; a float
+    mask is added to the logits. ``scale`` defaults to 1 / sqrt(hs), as in SDPA.
     """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    logits = (q @ k.transpose(-2, -1)).float() * scale
+    if is_causal:
+        Tq, T = logits.shape[-2:]
+        logits = logits.masked_fill(torch.ones(Tq, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    if attn_mask is not None:
+        logits = logits.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+    return torch.softmax(logits, dim=-1)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+    """Attention output softmax(q k^T / sqrt(hs) + mask) v: `F.scaled_dot_product_attention`'s maths.
+
+    On the CPU with at most `MATH_ATTENTION_MAX_TOKENS` keys (the study's 16 tokens) it runs as two
+    matrix products and a softmax: at 16 tokens that is about 2x faster than the fused CPU kernel in
+    float32 and 3-10x faster in bf16 (measured, torch 2.13). Elsewhere the fused kernel runs, in float32
+    under CPU bf16 autocast (the CPU's bf16 kernel is several times slower at these sizes).
+    """
+    if q.device.type == "cpu" and k.shape[-2] <= MATH_ATTENTION_MAX_TOKENS:
+        w = attention_weights(q, k, attn_mask)
+        return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):
             mask = attn_mask.float() if attn_mask is not None and attn_mask.is_floating_point() else attn_mask

@@ -136,3 +136,56 @@ def test_readout_only_last_layer_gives_the_full_models_logits_and_gradients(kind
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _qkv(tq, t, nh=2, hs=8, b=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, nh, n, hs, generator=g, requires_grad=True) for n in (tq, t, t)]
+
+
+@pytest.mark.parametrize("mask", [None, "float", "bool"])
+@pytest.mark.parametrize("tq", [16, 1])
+def test_small_cpu_attention_path_equals_the_fused_kernel_in_value_and_gradient(mask, tq):
+    """`attend` with <= 32 keys on the CPU (matmul-softmax) is SDPA's function: outputs and gradients."""
+    from trainers.model import MATH_ATTENTION_MAX_TOKENS, attend
+
+    assert MATH_ATTENTION_MAX_TOKENS >= 16  # the study's 16 tokens take the fast path
+    q, k, v = _qkv(tq, 16)
+    g = torch.Generator().manual_seed(5)
+    m = {"float": torch.randn(3, 2, tq, 16, generator=g), "bool": torch.rand(3, 2, tq, 16, generator=g) > 0.3, None: None}[mask]
+    if mask == "bool":
+        m[..., 0] = True  # every row keeps a key (an all-masked row is NaN in both)
+    ours = attend(q, k, v, attn_mask=m)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    w = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad((ours * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_long_sequences_keep_the_fused_kernel_and_dropout_zeroes_whole_weights():
+    from trainers.model import MATH_ATTENTION_MAX_TOKENS, attend
+
+    q, k, v = _qkv(40, 40)
+    assert 40 > MATH_ATTENTION_MAX_TOKENS
+    torch.testing.assert_close(attend(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    q, k, v = _qkv(16, 16)
+    v = torch.eye(16).expand(3, 2, 16, 16)  # output = the (dropped, rescaled) attention weights themselves
+    torch.manual_seed(0)
+    out = attend(q, k, v, dropout_p=0.5)
+    kept = out != 0
+    assert 0.3 < kept.float().mean() < 0.7  # about half the weights dropped
+    from trainers.model import attention_weights
+    torch.testing.assert_close(out[kept], (2 * attention_weights(q, k))[kept])
+
+
+@pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
+def test_small_attention_under_cpu_bf16_autocast_is_close_to_float32():
+    from trainers.model import attend
+
+    q, k, v = _qkv(16, 16)
+    ref = attend(q, k, v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attend(q, k, v)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
