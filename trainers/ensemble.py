@@ -8,13 +8,13 @@ with ``pe-probe analyze RUN/last.pt``).
 
 How: members that share an architecture are one *group*. Their parameters are stacked along a new
 leading model axis (K, ...) and one forward pass runs all of them: `explicit_forward` writes the model
-with a model axis (every linear layer one batched matrix product, fused attention) for PEs added to the
+with a model axis (every linear layer one batched matrix product, attention by `trainers.model.attend`) for PEs added to the
 input; attention-side PEs (relative, RoPE) go through ``torch.func.vmap`` over
 ``torch.func.functional_call`` of a template `PETransformer`. Each member keeps its own data order
 (its own per-epoch permutation, seeded by (its seed, epoch) exactly as in `train`), its own
-initialisation (built with its own seed, exactly as in `train`) and its own optimizer state (AdamW /
-SGD written out below on the stacked tensors, with a per-member learning rate and weight decay). The
-loss of the group is the sum of the members' mean losses, so each member's gradient is its own.
+initialisation (built with its own seed, exactly as in `train`) and its own optimizer state (torch's
+fused AdamW kernel on each member's slices of the stacked tensors, as a solo run uses it, or SGD written
+out on the stacked tensors; per-member learning rate and weight decay). The loss of the group is the sum of the members' mean losses, so each member's gradient is its own.
 
 Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
@@ -27,8 +27,8 @@ groups, trained one after the other. A member resuming from a different epoch is
 
 Differences from the single-model trainer (documented, tested where exact):
 * with attention-side PEs (the vmap path) attention is computed as softmax(q k^T / sqrt(hs) + bias) v
-  instead of the fused SDPA kernel (which has no vmap batching rule on CPU); same maths, float32
-  rounding differs at ~1e-7;
+  written out (`attend` may pick the fused SDPA kernel, which has no vmap batching rule on CPU); same
+  maths, float32 rounding differs at ~1e-7;
 * with dropout > 0 the dropout masks differ from solo runs (vmap draws different masks per member);
   with the study's dropout 0 the runs match solo training within float tolerance.
 """
@@ -224,7 +224,7 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# Optimisers on stacked tensors (the maths of torch.optim.AdamW / SGD, single-tensor path)
+# Optimisers on stacked tensors (torch's fused AdamW kernel on member slices, or the maths of torch.optim.AdamW / SGD)
 
 
 class StackedOptimizer:
@@ -237,6 +237,8 @@ class StackedOptimizer:
         self.wd = torch.tensor([c.optim.weight_decay for c in cfgs], dtype=torch.float32, device=device)
         self.momentum = torch.tensor([c.optim.momentum for c in cfgs], dtype=torch.float32, device=device)
         self.t = 0  # optimizer steps taken (same for every member of a group)
+        # torch's fused AdamW kernel where `make_optimizer` would use it (float32 on CPU / CUDA)
+        self.fused = all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in stack.params.values())
         self.state: dict[str, dict[str, Tensor]] = {}
 
     @staticmethod
@@ -246,11 +248,13 @@ class StackedOptimizer:
     @torch.no_grad()
     def step(self, grads: dict[str, Tensor]) -> None:
         self.t += 1
+        if self.name == "adamw" and self.fused:
+            return self._fused_adamw_step(grads)
         for name, p in self.stack.params.items():
             g = grads[name]
             lr, wd = self._k(self.lr, p), self._k(self.wd, p)
             if self.name == "adamw":
-                st = self.state.setdefault(name, {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)})
+                st = self._adam_state(name)
                 p.mul_(1 - lr * wd)
                 st["exp_avg"].lerp_(g, 1 - BETAS[0])
                 st["exp_avg_sq"].mul_(BETAS[1]).addcmul_(g, g, value=1 - BETAS[1])
@@ -266,6 +270,26 @@ class StackedOptimizer:
                     buf = self.state[name]["momentum_buffer"]
                     buf.mul_(self._k(self.momentum, p)).add_(d_p)
                 p.sub_(lr * self.state[name]["momentum_buffer"])
+
+    def _adam_state(self, name: str) -> dict[str, Tensor]:
+        p = self.stack.params[name]
+        return self.state.setdefault(name, {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)})
+
+    def _fused_adamw_step(self, grads: dict[str, Tensor]) -> None:
+        """torch's fused AdamW kernel (what `make_optimizer` gives a solo run) on every member's slices:
+        one call per distinct (lr, weight decay) among the members, each over all their parameters."""
+        step = torch.tensor(float(self.t), device=self.lr.device)  # read, not advanced, by the kernel
+        by_hyper: dict[tuple[float, float], list[int]] = {}
+        for k, hyper in enumerate(zip(self.lr.tolist(), self.wd.tolist())):
+            by_hyper.setdefault(hyper, []).append(k)
+        for (lr, wd), ks in by_hyper.items():
+            ps, gs, m1, m2 = [], [], [], []
+            for name, p in self.stack.params.items():
+                st, g = self._adam_state(name), grads[name].contiguous()
+                for k in ks:
+                    ps.append(p[k]), gs.append(g[k]), m1.append(st["exp_avg"][k]), m2.append(st["exp_avg_sq"][k])
+            torch._fused_adamw_(ps, gs, m1, m2, [], [step] * len(ps), lr=lr, beta1=BETAS[0], beta2=BETAS[1],
+                                weight_decay=wd, eps=EPS, amsgrad=False, maximize=False)
 
     def member_optimizer(self, model: torch.nn.Module, cfg: TrainConfig, k: int) -> torch.optim.Optimizer:
         """A torch optimizer for member k's model holding member k's state (for its checkpoint)."""
@@ -287,7 +311,7 @@ class StackedOptimizer:
                 continue
             p = self.stack.params[name]
             keys = ("exp_avg", "exp_avg_sq") if self.name == "adamw" else ("momentum_buffer",)
-            dst = self.state.setdefault(name, {key: torch.zeros_like(p) for key in keys})
+            dst = self._adam_state(name) if self.name == "adamw" else self.state.setdefault(name, {"momentum_buffer": torch.zeros_like(p)})
             for key in keys:
                 dst[key][k] = st[key].to(p.device, p.dtype)
             if self.name == "adamw":

@@ -259,3 +259,32 @@ def test_bad_settings_fail_before_any_run_folder_is_written(tmp_path):
     with pytest.raises(InputError):  # the second member's PE does not fit its width: nothing written for the first
         train_ensemble([tiny(), tiny(seed=1, **{"pe.kind": "sin3d", "model.d_model": 16})], outs, log=quiet)
     assert not any(o.exists() for o in outs)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
+    """Three members with their own lr / weight decay: the stacked step equals torch's fused AdamW (what a
+    solo run uses) per member, to float rounding, with the fused kernel and with the written-out maths."""
+    from trainers.ensemble import Stack, StackedOptimizer
+
+    hyper = [(3e-3, 0.01), (1e-3, 0.01), (3e-3, 0.1)]
+    models = []
+    for s in range(3):
+        torch.manual_seed(s)
+        models.append(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)))
+    cfgs = [tiny(**{"optim.lr": lr, "optim.weight_decay": wd}) for lr, wd in hyper]
+    stack = Stack.of(models)
+    opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
+    opt.fused = fused
+    solos = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, fused=True) for m, (lr, wd) in zip(models, hyper)]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        grads = {name: torch.randn(p.shape, generator=g) for name, p in stack.params.items()}
+        opt.step(grads)
+        for k, (m, solo) in enumerate(zip(models, solos)):
+            for name, p in m.named_parameters():
+                p.grad = grads[name][k].clone()
+            solo.step()
+    for k, m in enumerate(models):
+        for name, p in m.named_parameters():
+            torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)
