@@ -13,16 +13,18 @@ all in this one process so their ratios share the machine's state:
   correct after every step;
 * naive-parallel (CPU): the naive loop once per core side by side, one torch thread each (what launching
   one companion-style process per core gives; a stricter baseline for the ensemble than `naive`);
-* single: our `PETransformer` (fused SDPA attention, the last layer computes only the readout token) with
-  the step of `trainers.train.train`;
+* single: our `PETransformer` (`trainers.model.attend`: matmul-softmax attention on the CPU at 16 tokens,
+  fused SDPA elsewhere; the last layer computes only the readout token) with the step of
+  `trainers.train.train`;
 * single-nosync: the same, accumulating loss / accuracy on the device (no per-step host sync);
 * ensemble-K: K members trained as `trainers.ensemble.train_ensemble` trains them: batched groups (stacked
-  parameters, one batched matrix product per layer, stacked AdamW, each member with its own batch
+  parameters, one batched matrix product per layer, fused AdamW on member slices, each member with its own batch
   indices); on a GPU one group of K; on the CPU groups of at most 4 trained side by side on one thread per
   core (`cpu_workers`);
 * *-bf16: the same under bf16 autocast (default where supported: a GPU, or a CPU with native bf16 such
-  as AVX512-BF16; attention stays float32 on the CPU);
-* *-compile: torch.compile of the step (--compile; the GPU option).
+  as AVX512-BF16);
+* *-compile: torch.compile of the step: `single-compile` (`pe-probe train --compile`) always (unless
+  --no-compile), the ensembles' with --compile (on the CPU `--compile` trains an ensemble on one worker).
 All of them run with the torch thread count given by --threads (default: torch's default, all cores),
 so the naive baseline is one companion-style process using the whole machine, as in the issue.
 Also measured: the arithmetic bound, the GEMM rate of the model's matrix shape divided by the training
@@ -321,10 +323,12 @@ def plan(args):
             out.append(("naive-parallel", d, bench_naive_parallel, {}, s))
         out += [("single", d, bench_single, {}, s),
                 ("single-nosync", d, bench_single, {"nosync": True}, s)]
-        if args.compile:
+        if not args.no_compile:  # the single-model trainer's --compile (the ensemble's only with --compile)
             out.append(("single-compile", d, bench_single, {"nosync": True, "compile": True}, s))
         if args.bf16:
             out.append(("single-bf16", d, bench_single, {"nosync": True, "bf16": True}, s))
+            if not args.no_compile:
+                out.append(("single-bf16-compile", d, bench_single, {"nosync": True, "bf16": True, "compile": True}, s))
         for k in args.ks:
             if args.device == "cpu" and k * d > args.cpu_max_kd:
                 continue  # too slow / large for the shared CPU
@@ -342,13 +346,15 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--d-models", default="64,160", help="comma-separated widths (default 64,160)")
     p.add_argument("--ks", default="4,8,32,128", help="ensemble sizes (default 4,8,32,128)")
-    p.add_argument("--steps", type=int, default=16, help="timed steps per configuration (default 16; CPU ensembles of K > 4 use max(2, 4*steps/K))")
+    p.add_argument("--steps", type=int, default=32, help="timed steps per configuration (default 32; CPU ensembles of K > 4 use max(2, 4*steps/K))")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="measure each configuration this many times, interleaved; keep the best")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's default)")
     p.add_argument("--cpu-max-kd", type=int, default=64 * 128, help="on CPU, skip ensembles with K x d_model above this")
     p.add_argument("--gpu-full", action="store_true", help="GPU grid: K up to 300, 50 steps, with --compile and --bf16 variants")
-    p.add_argument("--compile", action="store_true", help="add torch.compile variants")
+    p.add_argument("--compile", action="store_true", help="add torch.compile variants of the ensembles too")
+    p.add_argument("--no-compile", action="store_true", help="no torch.compile variants (by default the single-model "
+                   "trainer is also timed with --compile)")
     p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (default where supported: a GPU, "
                    "or a CPU with native bf16)")
     p.add_argument("--no-bf16", action="store_true", help="no bf16 variants")
@@ -457,7 +463,8 @@ def report(rows, device, loads, args, bounds) -> str:
     if device.type == "cpu":
         lines += ["", "Targets (issue 7, CPU, d_model 64), against `naive` (one companion-style process using every "
                   "core, the issue's baseline) and, stricter, `naive-parallel` (one such process per core, side by side):"]
-        for cfg, target in (("ensemble-8", 3.0), ("single", 1.5), ("ensemble-8-bf16", 3.0), ("single-bf16", 1.5)):
+        for cfg, target in (("ensemble-8", 3.0), ("single", 1.5), ("single-compile", 1.5), ("ensemble-8-bf16", 3.0),
+                            ("single-bf16", 1.5), ("single-bf16-compile", 1.5)):
             r = by.get((cfg, 64))
             if r is None:
                 lines.append(f"- {cfg} >= {target}x naive: not measured")

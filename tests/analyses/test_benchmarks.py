@@ -15,7 +15,7 @@ import bench_train  # noqa: E402
 
 def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     argv = ["--d-models", "16", "--ks", "2,3", "--steps", "2", "--warmup", "1", "--rounds", "1", "--threads", "1",
-            "--no-bf16", "--out", str(tmp_path)]
+            "--no-bf16", "--no-compile", "--out", str(tmp_path)]
     assert bench_train.main(argv) == 0
     rows = list(csv.DictReader(open(tmp_path / "train.csv")))
     configs = {r["config"] for r in rows}
