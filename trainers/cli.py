@@ -104,7 +104,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
                    "worth it on a GPU; off by default)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
-                   "native bf16 (AVX512-BF16/AMX; ~1.3-1.6x faster there, attention stays float32); off by default")
+                   "native bf16 (AVX512-BF16/AMX; ~1.3-1.8x faster there; LayerNorm, softmax and the optimizer stay float32); "
+                   "off by default")
 
     g = p.add_argument_group("data")
     g.add_argument("--n-per-level", type=int, default=None, help="generated puzzles per difficulty level (default: 3000)")

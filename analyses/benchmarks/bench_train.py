@@ -31,8 +31,9 @@ Also measured: the arithmetic bound, the GEMM rate of the model's matrix shape d
 FLOPs per puzzle (torch's FlopCounterMode), which caps every configuration.
 Data are random one-hot puzzles of the task's shape (16 tokens x 5 channels, 4 classes): the cost of a
 step does not depend on the puzzles' content. Throughput counts puzzles processed by all models.
-Each configuration is measured --rounds times, interleaved with the others; the best round is kept
-(other engineers' jobs share the CPU; see the load column).
+Each configuration is measured --rounds times, interleaved with the others, each time right after a
+window of the naive loop: `x naive` is the median of those paired ratios (robust to the machine's
+speed drifting during the run); `puzzles/s` is the best round.
 
 Writes reports/benchmarks/train.csv (train_cuda.csv on a GPU; unless --no-write) and prints the
 markdown table that reports/benchmarks/train.md quotes.
@@ -44,6 +45,7 @@ import argparse
 import csv
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -378,34 +380,50 @@ def main(argv=None):
 
     configs = plan(args)
     best: dict[tuple[str, int], dict] = {}
+    paired: dict[tuple[str, int], list[float]] = {}  # rate / the naive window measured just before it
+    rates: dict[tuple[str, int], list[float]] = {}  # every window's rate
     load_seen = []
+
+    def measure(name, d, fn, kw, steps, r):
+        lo = load()
+        load_seen.append(lo)
+        try:
+            secs, k = fn(d, device, steps, args.warmup, **kw)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # memory: record and move on
+            print(f"{name} d{d}: failed: {str(e).splitlines()[0]}", flush=True)
+            return None
+        rate = steps * BATCH * k / secs
+        rates.setdefault((name, d), []).append(rate)
+        row = {"device": device.type, "d_model": d, "config": name, "models": k, "steps": steps,
+               "seconds": round(secs, 3), "puzzles_per_s": round(rate, 1), "load1": round(lo, 2)}
+        print(f"round {r} {name:>22} d{d:<4} K={k:<4} {steps:>3} steps {secs:7.2f} s  {rate:10.0f} puzzles/s  load {lo:.2f}", flush=True)
+        worst = min(rate, best[(name, d)]["worst_round"]) if (name, d) in best else rate
+        if (name, d) not in best or rate > best[(name, d)]["puzzles_per_s"]:
+            best[(name, d)] = row
+        best[(name, d)]["worst_round"] = round(worst, 1)
+        return rate
+
+    naive_cfg = {d: c for c in configs for d in [c[1]] if c[0] == "naive"}
     for r in range(args.rounds):
         for name, d, fn, kw, steps in configs:
             if r > 0 and name.startswith("ensemble") and int(name.split("-")[1]) >= 128 and device.type == "cpu":
                 continue  # one round for the biggest CPU ensembles (tens of seconds each)
-            lo = load()
-            load_seen.append(lo)
-            try:
-                secs, k = fn(d, device, steps, args.warmup, **kw)
-            except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # memory: record and move on
-                print(f"{name} d{d}: failed: {str(e).splitlines()[0]}", flush=True)
+            if name == "naive":
                 continue
-            rate = steps * BATCH * k / secs
-            row = {"device": device.type, "d_model": d, "config": name, "models": k, "steps": steps,
-                   "seconds": round(secs, 3), "puzzles_per_s": round(rate, 1), "load1": round(lo, 2)}
-            print(f"round {r} {name:>22} d{d:<4} K={k:<4} {steps:>3} steps {secs:7.2f} s  {rate:10.0f} puzzles/s  load {lo:.2f}", flush=True)
-            worst = min(rate, best[(name, d)]["worst_round"]) if (name, d) in best else rate
-            if (name, d) not in best or rate > best[(name, d)]["puzzles_per_s"]:
-                best[(name, d)] = row
-            best[(name, d)]["worst_round"] = round(worst, 1)
+            # the naive loop right before each configuration: their ratio shares the machine's state
+            base = measure(*naive_cfg[d], r)
+            rate = measure(name, d, fn, kw, steps, r)
+            if base and rate:
+                paired.setdefault((name, d), []).append(rate / base)
     rows = list(best.values())
     for row in rows:
-        naive = best.get(("naive", row["d_model"]))
-        row["x_naive"] = round(row["puzzles_per_s"] / naive["puzzles_per_s"], 2) if naive else ""
-        par = best.get(("naive-parallel", row["d_model"]))
-        row["x_naive_parallel"] = round(row["puzzles_per_s"] / par["puzzles_per_s"], 2) if par else ""
+        key = (row["config"], row["d_model"])
+        row["x_naive"] = 1.0 if row["config"] == "naive" else (round(statistics.median(paired[key]), 2) if key in paired else "")
+        par = paired.get(("naive-parallel", row["d_model"]))
+        row["x_naive_parallel"] = round(row["x_naive"] / statistics.median(par), 2) if par and row["x_naive"] != "" else ""
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
-    text = report(rows, device, load_seen, args, bounds)
+    naive_median = {d: statistics.median(v) for (name, d), v in rates.items() if name == "naive"}
+    text = report(rows, device, load_seen, args, bounds, naive_median)
     print(text)
     if not args.no_write:
         out = Path(args.out)
@@ -418,14 +436,17 @@ def main(argv=None):
         cmd = "python analyses/benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
         header = ["# Training throughput: naive loop vs our trainer vs the batched ensemble", "",
                   f"Written by `{cmd.strip()}` (raw numbers: `train{suffix}.csv`). Each configuration runs a fixed "
-                  "number of optimizer steps (batch 128) after warm-up, interleaved over rounds, best round kept; "
-                  "ratios are from this one run. `sweep_hours` projects the full paper sweep (300 runs x 4,000 "
-                  "epochs x 8,100 puzzles, training only) at the measured aggregate rate.", ""]
+                  "number of optimizer steps (batch 128) after warm-up, interleaved over rounds; `puzzles/s` is its best "
+                  "round. Ratios are paired: every measurement of a configuration follows a measurement of the naive "
+                  "loop, and `x naive` is the median over rounds of the configuration's rate over that naive rate (this "
+                  "VM's speed drifts by up to ~40% over seconds, which pairing cancels). `sweep_hours` projects the "
+                  "full paper sweep (300 runs x 4,000 epochs x 8,100 puzzles, training only) at the best measured "
+                  "aggregate rate.", ""]
         (out / f"train{suffix}.md").write_text("\n".join(header) + text + "\n")
     return 0
 
 
-def report(rows, device, loads, args, bounds) -> str:
+def report(rows, device, loads, args, bounds, naive_median) -> str:
     lines = [f"Device: {device.type}; machine: {machine(device)}.",
              f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f} "
              f"(anything else running on the machine lowers absolute rates). `puzzles/s` is the best round, `worst "
@@ -445,19 +466,20 @@ def report(rows, device, loads, args, bounds) -> str:
               "(naive: all 16 tokens through all 4 layers; ours: the last layer computes only the readout token), and "
               f"the rate of one matrix product of the model's shape, (128x16 x d) @ (d x 4d), at {torch.get_num_threads()} "
               "torch threads. `bound` = GEMM rate / FLOPs per puzzle: what a trainer doing only matrix products at that "
-              "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer).", "",
+              "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer); "
+              "`x naive` here divides by the median of all naive windows.", "",
               "| d_model | MFLOP/puzzle naive | MFLOP/puzzle ours | GEMM fp32 (GFLOP/s) | bound fp32 (puzzles/s) | bound fp32 x naive "
               "| GEMM bf16 (GFLOP/s) | bound bf16 (puzzles/s) | bound bf16 x naive |",
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for d, b in bounds.items():
-        naive = by.get(("naive", d))
+        naive = naive_median.get(d)
         cells = [f"{b['flops_naive'] / 1e6:.1f}", f"{b['flops_ours'] / 1e6:.1f}"]
         for key in ("gemm_fp32", "gemm_bf16"):
             if key not in b:
                 cells += ["", "", ""]
                 continue
             bound = b[key] / b["flops_ours"]
-            ratio = f"{bound / naive['puzzles_per_s']:.2f}" if naive else ""
+            ratio = f"{bound / naive:.2f}" if naive else ""
             cells += [f"{b[key] / 1e9:.0f}", f"{bound:.0f}", ratio]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     if device.type == "cpu":

@@ -21,6 +21,8 @@ def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     configs = {r["config"] for r in rows}
     assert {"naive", "single", "single-nosync", "ensemble-2", "ensemble-3"} <= configs
     assert all(float(r["puzzles_per_s"]) > 0 and float(r["x_naive"]) > 0 for r in rows)
+    by = {r["config"]: r for r in rows}
+    assert float(by["naive"]["x_naive"]) == 1.0 and float(by["naive-parallel"]["x_naive_parallel"]) == 1.0
     text = (tmp_path / "train.md").read_text()
     assert "Arithmetic bound" in text and "| 16 |" in text and "Targets (issue 7" in text
 
