@@ -53,3 +53,17 @@ def test_precision_check_trains_three_arithmetics_and_reports(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "out" / "precision.csv")))
     assert len(rows) == 2 and "ood_fp32-solo" in rows[0]
     assert "Mean OOD at sigma 0.1 minus at sigma 2" in (tmp_path / "out" / "precision.md").read_text()
+
+
+def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(tmp_path):
+    """`gpu_session.sh` is run once on a lent GPU; this keeps it working between such sessions."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable}
+    res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md"} <= {p.name for p in tmp_path.iterdir()}
+    assert "cuda tests exit 0, benchmark exit 0" in (tmp_path / "machine.txt").read_text()
+    assert "skipped" in (tmp_path / "cuda_tests.log").read_text()  # no GPU here: the CUDA tests skip, not fail
