@@ -58,6 +58,7 @@ from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import Split, bf16_autocast, encode_split, resolve_device
 from trainers.model import PETransformer, attend
+from trainers.provenance import code_version, record_session
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, epoch_seed, ground_truth, load_splits,
     make_optimizer, prepare_run_dir, seed_everything,
@@ -532,6 +533,10 @@ def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], co
     n_train = len(train_split)
     if n_train == 0:
         raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
+    version = code_version()  # git once for the group
+    for m in members:
+        record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
+                       torch_threads=torch.get_num_threads(), bf16=amp, compile=compile)
 
     def loss_fn(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
         with autocast or nullcontext():

@@ -31,6 +31,7 @@ from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, sav
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics
 from trainers.model import PETransformer
+from trainers.provenance import PROVENANCE_FILE, record_session
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -114,7 +115,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 def _clear_run(out: Path) -> None:
     """Remove what a previous run wrote (only our own files)."""
-    for name in (LAST, METRICS_FILE, CONFIG_FILE):
+    for name in (LAST, METRICS_FILE, CONFIG_FILE, PROVENANCE_FILE):
         (out / name).unlink(missing_ok=True)
     if (out / CKPT_DIR).is_dir():
         shutil.rmtree(out / CKPT_DIR)
@@ -246,6 +247,8 @@ def train(
         raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
+    record_session(out, trainer="single", device=str(device), start_epoch=start_epoch,
+                   torch_threads=torch.get_num_threads(), bf16=bf16, compile=compile)
 
     def checkpoint(epoch: int) -> None:
         save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,

@@ -26,6 +26,7 @@ from pe_probe.errors import InputError
 from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
+from trainers.provenance import record_session
 from trainers.train import (epoch_seed, make_optimizer, prepare_run_dir, record_evaluation, restore_run,
                             save_run_checkpoint, seed_everything)
 
@@ -149,6 +150,7 @@ def train_masked(
     n_train, n_tok = train_x.shape[0], train_x.shape[1]
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
+    record_session(out, trainer="masked", device=str(device), start_epoch=start_epoch, torch_threads=torch.get_num_threads())
 
     def checkpoint(epoch: int) -> None:
         save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,

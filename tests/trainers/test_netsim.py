@@ -115,6 +115,8 @@ def test_tiny_run_trains_writes_a_checkpoint_that_analyze_reads(tmp_path):
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     # resume of a finished run returns its metrics; evaluate reproduces them
     assert train_masked(tiny(), run, log=lambda s: None)["ood_mse"] == pytest.approx(m["ood_mse"])
+    from trainers.provenance import read_sessions
+    assert [s["trainer"] for s in read_sessions(run)] == ["masked"]  # one session: the finished re-run adds none
     assert evaluate_checkpoint(run / "last.pt")["ood_mse"] == pytest.approx(m["ood_mse"], rel=1e-5)
     out = subprocess.run([sys.executable, "-m", "pe_probe.cli", "analyze", str(run / "last.pt"), "--json",
                           "--n-perm", "19", "--n-boot", "0"], capture_output=True, text=True)

@@ -1,0 +1,54 @@
+"""provenance.jsonl: which code trained a run, one line per training session."""
+
+import json
+
+from trainers.provenance import PROVENANCE_FILE, code_version, describe_versions, read_sessions, record_session
+
+
+def test_a_session_line_names_the_commit_versions_and_settings(tmp_path):
+    record_session(tmp_path, device="cpu", start_epoch=0, bf16=False)
+    (line,) = read_sessions(tmp_path)
+    assert line["device"] == "cpu" and line["start_epoch"] == 0 and line["bf16"] is False
+    assert line["torch"] and line["pe_probe"] and line["python"]
+    commit = line["git_commit"]
+    assert commit is None or (len(commit) == 40 and int(commit, 16) >= 0)  # this checkout's HEAD, or not a checkout
+    assert line["time"].endswith("+00:00")
+
+
+def test_sessions_append_and_a_torn_last_line_is_skipped(tmp_path):
+    v = {**code_version(), "git_commit": "a" * 40, "git_dirty": False}
+    record_session(tmp_path, v, start_epoch=0)
+    record_session(tmp_path, {**v, "git_commit": "b" * 40, "git_dirty": True}, start_epoch=20)
+    with open(tmp_path / PROVENANCE_FILE, "a") as f:
+        f.write('{"time": "2026-')  # killed mid-write
+    assert [s["start_epoch"] for s in read_sessions(tmp_path)] == [0, 20]
+    assert describe_versions([tmp_path]) == "aaaaaaa then bbbbbbb+uncommitted: 1 run"
+
+
+def test_describe_versions_counts_runs_per_commit_and_unrecorded_runs(tmp_path):
+    dirs = [tmp_path / str(i) for i in range(4)]
+    for i, d in enumerate(dirs):
+        d.mkdir()
+        if i < 3:
+            (d / PROVENANCE_FILE).write_text(json.dumps({"git_commit": ("c" if i < 2 else "d") * 40, "git_dirty": False}) + "\n")
+    assert describe_versions(dirs) == "ccccccc: 2 runs; ddddddd: 1 run; not recorded: 1 run"
+
+
+def test_trainers_record_each_session_and_a_restart_clears_old_lines(tmp_path):
+    from test_ensemble import quiet, tiny
+
+    from trainers.ensemble import train_ensemble
+    from trainers.train import train
+
+    cfg = tiny(**{"optim.epochs": 1})
+    train(cfg, tmp_path / "solo", log=quiet)
+    train(cfg, tmp_path / "solo", log=quiet)  # already finished: no new session
+    (line,) = read_sessions(tmp_path / "solo")
+    assert line["trainer"] == "single" and line["start_epoch"] == 0 and line["device"] == "cpu"
+    assert line["bf16"] is False and line["compile"] is False
+    train(cfg, tmp_path / "solo", log=quiet, force=True)  # a restart starts a fresh record
+    assert len(read_sessions(tmp_path / "solo")) == 1
+    train_ensemble([cfg, tiny(**{"optim.epochs": 1, "seed": 1})], [tmp_path / "e0", tmp_path / "e1"], log=quiet, workers=1)
+    for d in ("e0", "e1"):
+        (line,) = read_sessions(tmp_path / d)
+        assert line["trainer"] == "ensemble" and line["group_size"] == 2 and line["torch_threads"] >= 1

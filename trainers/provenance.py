@@ -1,0 +1,78 @@
+"""Which code trained a run: one line per training session in ``RUN/provenance.jsonl``.
+
+A run can be trained in several sessions (resume) and by different versions of the code; the
+arithmetic of a version (kernels, summation order, bf16) changes single runs at 40 epochs by several
+points (`reports/benchmarks/precision.md`), so reports say which code produced their runs. Each line
+holds the time, the git commit of this checkout (and whether trainer or core files had uncommitted
+changes), the package, torch and Python versions, the device and the speed options used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PROVENANCE_FILE = "provenance.jsonl"
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        res = subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def code_version() -> dict[str, Any]:
+    """git commit (None outside a git checkout), dirty flag for `trainers/` and `pe_probe/`, versions."""
+    import torch
+
+    from pe_probe import __version__
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", "trainers", "pe_probe") if commit else None
+    return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None,
+            "pe_probe": __version__, "torch": torch.__version__, "python": platform.python_version()}
+
+
+def record_session(run_dir: str | Path, version: dict[str, Any] | None = None, **settings: Any) -> None:
+    """Append this training session's line to ``run_dir/provenance.jsonl``.
+
+    ``version``: a `code_version()` result to reuse (an ensemble asks git once for all its members);
+    ``settings``: what else shaped the arithmetic (device, start_epoch, bf16, compile, ...).
+    """
+    line = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **(version or code_version()), **settings}
+    with open(Path(run_dir) / PROVENANCE_FILE, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def read_sessions(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run's recorded sessions, oldest first ([] for runs trained before provenance was recorded)."""
+    path = Path(run_dir) / PROVENANCE_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line (killed mid-write) is skipped, not fatal
+    return out
+
+
+def describe_versions(run_dirs: list[Path]) -> str:
+    """'5c076cc: 26 runs; not recorded: 57 runs' — which commits trained these runs (all sessions)."""
+    counts: dict[str, int] = {}
+    for d in run_dirs:
+        sessions = read_sessions(d)
+        keys = list(dict.fromkeys((s.get("git_commit") or "outside git")[:7] + ("+uncommitted" if s.get("git_dirty") else "")
+                                  for s in sessions)) or ["not recorded"]  # in session order
+        key = " then ".join(keys) if len(keys) > 1 else keys[0]
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{k}: {n} run{'s' if n != 1 else ''}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
