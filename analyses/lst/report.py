@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from trainers.provenance import describe_versions
 
 # The study's reported numbers (DESIGN.md section 6; OOD accuracy on the 108 held-out puzzles, 15 seeds)
 STUDY = {
@@ -424,7 +427,7 @@ def paired_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for la, sa, lb, sb in pairs:
         t = paired_test(_ood(runs, **sa), _ood(runs, **sb))
-        rows.append({"A": la, "B": lb, "seeds paired": t["n"], "mean OOD diff A-B (points)": f3(100 * t["mean_diff"]) if t["n"] else "n/a",
+        rows.append({"A": la, "B": lb, "seeds paired": t["n"], "mean OOD diff A-B (points)": f3(round(100 * t["mean_diff"], 4) + 0.0) if t["n"] else "n/a",
                      "paired t p": fp(t["t_p"]), "Wilcoxon p": fp(t["wilcoxon_p"])})
     del sr
     return pd.DataFrame(rows)
@@ -580,7 +583,11 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
         wd, plain = _ood(runs, group="control", control="wd0.1", sigma=sig), _ood(runs, group="sigma", sigma=sig)
         if len(wd) and len(plain):
             t = paired_test(wd, plain)
-            state = "not reproduced" if wd.mean() <= plain.mean() else "same direction"
+            diff = t["mean_diff"] if t["n"] else wd.mean() - plain.mean()  # seed-paired where seeds overlap
+            if t["n"] >= 3 and diff > 0 and t["t_p"] < 0.05:
+                state = "supported"
+            else:
+                state = "same direction, not significant" if diff > 0.02 else "not reproduced"
             out.append(f"**Weight decay helps learned PEs (study: about 99%), σ = {sig:g}: {state}.** With AdamW weight decay 0.1 "
                        f"{100 * wd.mean():.1f}% vs {100 * plain.mean():.1f}% without (n = {len(wd)} / {len(plain)}; "
                        f"paired difference {100 * t['mean_diff']:.1f} points over {t['n']} seed(s)).")
@@ -649,7 +656,7 @@ def answer(ana_sigma: pd.DataFrame) -> str:
     return text
 
 
-def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str) -> Path:
+def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str, notes: list[str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
         old.unlink()
@@ -704,6 +711,8 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     L.append(f"- Hardware: {machine()}."
              + (f" Training time per run: median {secs.median():.0f} s (range {secs.min():.0f}-{secs.max():.0f} s, "
                 "2 runs in parallel)." if len(secs) else ""))
+    L.append("- Trainer code (git commit per run, from each run's `provenance.jsonl`): "
+             + describe_versions([root / name for name in sorted(done)]) + ".")
     L.append("- Model: " + model_line(root, runs) + " The paper preset (d_model 160, lr 1e-4, 4,000 epochs, 15 seeds) "
              "is for a GPU and was not run here.")
     L.append("- Held-out (OOD) set: 108 generated puzzles (36 per level), every training puzzle at Jaccard distance ≥ 0.8 "
@@ -712,13 +721,17 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
              "`reports/benchmarks/precision.md`), so σ values are compared over seeds.")
     L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
              "layer 0, attention maps (trajectories). 500 permutations / 500 bootstrap resamples; reference `sin2d:4x4`; "
-             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.\n")
+             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed."
+             + ("" if notes else "\n"))
+    L += [f"- Note: {n}" + ("\n" if i == len(notes) - 1 else "") for i, n in enumerate(notes or [])]
     L.append("## Verdicts on the study's claims\n")
     L.append("Criteria (fixed in `analyses/lst/report.py`): *large σ hurts* is supported when held-out accuracy for σ ≤ 0.2 "
              "exceeds that for σ ≥ 1.5 by more than 10 points with a one-sided Mann-Whitney p < 0.05; *smaller is better "
              "throughout* when Spearman ρ(σ, accuracy) < 0 with p < 0.05; a geometry claim is *present* when the mean RSA "
              "exceeds 0.3 and the Mantel test is significant (p < 0.05) in at least half of the runs, *weak but decreasing "
-             "with σ* when it is not but ρ(σ, RSA) < 0 with p < 0.05. Comparisons with one seed are descriptive only.\n")
+             "with σ* when it is not but ρ(σ, RSA) < 0 with p < 0.05; *weight decay helps* when the seed-paired held-out "
+             "difference is positive with a paired t-test p < 0.05 over at least 3 seeds (*same direction* when it exceeds 2 "
+             "points without that). Comparisons with one seed are descriptive only.\n")
     L += [f"- {v}" for v in verdicts(runs, ana_sigma, ana)] if not runs.empty else ["- No finished runs."]
     L.append("")
     L.append("## Later in training, or in what the model reads?\n")
@@ -761,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="reports/lst")
     p.add_argument("--n-perm", type=int, default=500)
     p.add_argument("--n-boot", type=int, default=500)
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
     args = p.parse_args(argv)
     import torch
 
@@ -771,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
     cmd = "python -m analyses.lst.report --root " + str(args.root) + ("" if args.out == "reports/lst" else f" --out {args.out}")
-    path = write_report(root, Path(args.out), frames, cmd)
+    cmd += "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note)
+    path = write_report(root, Path(args.out), frames, cmd, notes=args.note)
     print(f"report written to {path}")
     return 0
 

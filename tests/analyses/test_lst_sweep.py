@@ -200,9 +200,12 @@ def test_report_from_synthetic_sweep(tmp_path):
     root.mkdir()
     (root / "grid.json").write_text(json.dumps({"preset": "quick", "runs": [{"name": "never-ran"}]}))
     out = tmp_path / "report"
-    path = write_report(root, out, _synthetic_frames(), "python -m analyses.lst.report --root X")
+    path = write_report(root, out, _synthetic_frames(), "python -m analyses.lst.report --root X",
+                        notes=["runs of seed 1 came from another trainer version"])
     text = path.read_text()
     assert text.count("python -m analyses.lst.report --root X") == 1
+    setting = text[text.index("## Setting"):text.index("## Verdicts")]
+    assert "- Note: runs of seed 1 came from another trainer version\n" in setting
     for needle in ("Verdicts", "97.7", "never-ran", "Paired tests", "Wilcoxon", "ρ with OOD acc", "by construction"):
         assert needle in text, needle
     for fig in ("accuracy_vs_sigma", "per_level_vs_sigma", "identifiability_vs_sigma",
