@@ -31,9 +31,10 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_analyze.py
 
-# training throughput (~7 min on 2 cores) and the arithmetic check (~10 min); both rewrite reports/benchmarks/
+# training throughput (~15 min on 2 cores), attention kernels (~30 s) and the arithmetic check (~12 min); all rewrite reports/benchmarks/
 bench-train: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_train.py --rounds 3
+	$(BIN)/python analyses/benchmarks/bench_attention.py
 	$(BIN)/python analyses/benchmarks/precision_check.py
 
 clean:

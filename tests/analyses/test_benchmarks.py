@@ -67,3 +67,14 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md"} <= {p.name for p in tmp_path.iterdir()}
     assert "cuda tests exit 0, benchmark exit 0" in (tmp_path / "machine.txt").read_text()
     assert "skipped" in (tmp_path / "cuda_tests.log").read_text()  # no GPU here: the CUDA tests skip, not fail
+
+
+def test_bench_attention_writes_both_paths_for_every_shape(tmp_path):
+    import bench_attention
+
+    assert bench_attention.main(["--rounds", "1", "--reps", "1", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "attention.csv")))
+    assert {int(r["keys"]) for r in rows} == {s[3] for s in bench_attention.SHAPES}
+    assert all(float(r["fused_ms"]) > 0 and float(r["attend_ms"]) > 0 for r in rows)
+    assert {r["attend_path"] for r in rows} == {"matmul-softmax", "fused"}
+    assert "fused SDPA" in (tmp_path / "attention.md").read_text()
