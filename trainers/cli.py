@@ -102,7 +102,7 @@ def train_parser() -> argparse.ArgumentParser:
                    help="CPU only: train N batched groups side by side, one core each (default: one per core; "
                         "1 with --compile or dropout)")
     g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
-                   "worth it on a GPU; off by default)")
+                   "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
                    "native bf16 (AVX512-BF16/AMX; ~1.3-1.8x faster there; LayerNorm, softmax and the optimizer stay float32); "
                    "off by default")
