@@ -236,3 +236,20 @@ def test_tiny_sweep_end_to_end(tmp_path):
                     "--n-perm", "50", "--n-boot", "50"], cwd=REPO, check=True, capture_output=True, timeout=600)
     assert (root / "learned-every-s0.1-seed0" / "analysis.json").stat().st_mtime_ns == mtime  # cached
     assert (out / "README.md").exists()
+
+
+def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tmp_path, capsys):
+    from analyses.lst.sweep import main
+    from trainers.provenance import read_sessions
+
+    root = tmp_path / "sweep"
+    argv = ["--root", str(root), "--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "2", "--groups", "sigma",
+            "--backend", "ensemble", "--workers", "2", *TINY]
+    assert main(argv) == 0
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    assert [r.name for r in runs] == ["learned-every-s0.1-seed0", "learned-every-s2-seed0", "sin2d-seed0"]
+    for run in runs:
+        assert (run / "last.pt").exists() and (run / "spec.json").exists()
+        assert [s["trainer"] for s in read_sessions(run)] == ["ensemble"]
+    assert main(argv) == 0
+    assert "3 finished, 0 to train" in (root / "sweep.log").read_text().splitlines()[-2]
