@@ -56,7 +56,7 @@ from torch.func import functional_call, vmap
 from pe_probe.errors import InputError
 from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
-from trainers.evaluate import Split, bf16_autocast, encode_split, resolve_device
+from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device
 from trainers.model import PETransformer, attend
 from trainers.provenance import code_version, record_session
 from trainers.train import (
@@ -325,7 +325,7 @@ class StackedOptimizer:
 
 @torch.no_grad()
 def ensemble_split_metrics(base: PETransformer, stack: Stack, split: Split, prefix: str,
-                           batch_size: int = 2048, amp: Any = None) -> list[dict[str, float]]:
+                           batch_size: int = EVAL_BATCH, amp: Any = None) -> list[dict[str, float]]:
     """`trainers.evaluate.split_metrics` for each member: acc, loss, acc per level."""
     from trainers.tasks.lst import LEVELS
 

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="local", choices=("local", "ensemble", "ray"),
                    help="local: one subprocess per run (--workers at a time; the fastest on a CPU); ensemble: every run "
                         "in this process as batched ensembles on --workers threads (same results as training alone; "
-                        "meant for a GPU: on a 2-core CPU it was 9%% slower than local); ray: one Ray task per run "
+                        "meant for a GPU: on a 2-core CPU it only tied local); ray: one Ray task per run "
                         "(extra `ray`)")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                    help="ray: join this running cluster; default: start a local Ray instance")
