@@ -8,13 +8,14 @@ with ``pe-probe analyze RUN/last.pt``).
 
 How: members that share an architecture are one *group*. Their parameters are stacked along a new
 leading model axis (K, ...) and one forward pass runs all of them: `explicit_forward` writes the model
-with a model axis (every linear layer one batched matrix product, attention by `trainers.model.attend`) for PEs added to the
-input; attention-side PEs (relative, RoPE) go through ``torch.func.vmap`` over
+with a model axis (every linear layer one batched matrix product, attention by `trainers.model.attend`)
+for PEs added to the input; attention-side PEs (relative, RoPE) go through ``torch.func.vmap`` over
 ``torch.func.functional_call`` of a template `PETransformer`. Each member keeps its own data order
 (its own per-epoch permutation, seeded by (its seed, epoch) exactly as in `train`), its own
 initialisation (built with its own seed, exactly as in `train`) and its own optimizer state (torch's
 fused AdamW kernel on each member's slices of the stacked tensors, as a solo run uses it, or SGD written
-out on the stacked tensors; per-member learning rate and weight decay). The loss of the group is the sum of the members' mean losses, so each member's gradient is its own.
+out on the stacked tensors; per-member learning rate and weight decay). The loss of the group is the
+sum of the members' mean losses, so each member's gradient is its own.
 
 Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
@@ -61,7 +62,7 @@ from trainers.model import PETransformer, attend
 from trainers.provenance import code_version, record_session
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, epoch_seed, ground_truth, load_splits,
-    make_optimizer, prepare_run_dir, seed_everything,
+    fused_adamw_supported, make_optimizer, prepare_run_dir, seed_everything,
 )
 
 VARYING = ("seed", "pe.init", "pe.init_std", "optim.lr", "optim.weight_decay", "optim.momentum")
@@ -238,8 +239,12 @@ class StackedOptimizer:
         self.wd = torch.tensor([c.optim.weight_decay for c in cfgs], dtype=torch.float32, device=device)
         self.momentum = torch.tensor([c.optim.momentum for c in cfgs], dtype=torch.float32, device=device)
         self.t = 0  # optimizer steps taken (same for every member of a group)
-        # torch's fused AdamW kernel where `make_optimizer` would use it (float32 on CPU / CUDA)
-        self.fused = all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in stack.params.values())
+        self.fused = fused_adamw_supported(stack.params.values())  # where `make_optimizer` uses it too
+        # members by (lr, weight decay), as Python floats: the fused kernel takes one pair per call, and
+        # grouping here (not from the tensors each step) keeps the step free of host synchronisation
+        self.by_hyper: dict[tuple[float, float], list[int]] = {}
+        for k, c in enumerate(cfgs):
+            self.by_hyper.setdefault((c.optim.lr, c.optim.weight_decay), []).append(k)
         self.state: dict[str, dict[str, Tensor]] = {}
 
     @staticmethod
@@ -280,10 +285,7 @@ class StackedOptimizer:
         """torch's fused AdamW kernel (what `make_optimizer` gives a solo run) on every member's slices:
         one call per distinct (lr, weight decay) among the members, each over all their parameters."""
         step = torch.tensor(float(self.t), device=self.lr.device)  # read, not advanced, by the kernel
-        by_hyper: dict[tuple[float, float], list[int]] = {}
-        for k, hyper in enumerate(zip(self.lr.tolist(), self.wd.tolist())):
-            by_hyper.setdefault(hyper, []).append(k)
-        for (lr, wd), ks in by_hyper.items():
+        for (lr, wd), ks in self.by_hyper.items():
             ps, gs, m1, m2 = [], [], [], []
             for name, p in self.stack.params.items():
                 st, g = self._adam_state(name), grads[name].contiguous()

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -79,12 +79,17 @@ def load_splits(cfg: TrainConfig) -> dict[str, Any]:
     )
 
 
+def fused_adamw_supported(params: Iterable[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel takes these tensors (float32 on CPU or CUDA)."""
+    return all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW (torch's fused kernel on CPU and CUDA: one pass over all parameters, ~7% faster steps on
     this CPU than the default; same update rule) or SGD with momentum."""
     o = cfg.optim
     if o.name == "adamw":
-        fused = all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in model.parameters())
+        fused = fused_adamw_supported(model.parameters())
         return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, fused=fused or None)
     return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
 

@@ -190,15 +190,6 @@ def main() -> None:
                      "naive_parts": naive["parts"], "rsa_spearman": ours["rsa_spearman"]})
         print(f"N={n}: ours {ours['seconds']:.1f}s ({ours['peak_rss_mb']:.0f} MB peak), naive {naive['seconds']:.1f}s "
               f"-> {rows[-1]['ratio']:.1f}x", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    import csv
-
-    with open(out / "analyze.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if k != "naive_parts"])
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: v for k, v in r.items() if k != "naive_parts"})
     m = machine()
     lines = ["# Benchmark: `analyze` vs a naive pipeline", "",
              "Regenerate: `.venv/bin/python analyses/benchmarks/bench_analyze.py` (or `make bench`).", "",
@@ -216,8 +207,12 @@ def main() -> None:
     for r in rows:
         lines.append(f"- N={r['n']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["naive_parts"].items()))
     lines += ["", "Targets (issue 2): N=1024 under 15 s; N=4096 under 60 s with peak memory under 2 GB."]
-    (out / "analyze.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'analyze.md'}")
+    sys.path.insert(0, str(HERE.parent))  # bench_io beside this script
+    from bench_io import write_results
+
+    md = write_results(args.out, "analyze", rows, "\n".join(lines) + "\n",
+                       fields=[k for k in rows[0] if k != "naive_parts"])
+    print(f"wrote {md}")
 
 
 if __name__ == "__main__":

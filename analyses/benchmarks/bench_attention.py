@@ -16,15 +16,16 @@ threshold). Best of --rounds interleaved rounds; ratios within this one run.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
+from bench_io import write_results  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 # (batch of sequences, heads, query tokens, key tokens, head size)
@@ -81,19 +82,13 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "attention.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
         header = ["# Attention at the study's sizes: `trainers.model.attend` vs torch's fused SDPA kernel (CPU)", "",
                   f"Written by `python analyses/benchmarks/bench_attention.py` (raw numbers: `attention.csv`); torch "
                   f"{torch.__version__}, 1 torch thread, forward + backward, best of {args.rounds} rounds of {args.reps} "
                   f"passes. `attend` takes the matmul-softmax path up to {MATH_ATTENTION_MAX_TOKENS} keys and the fused "
                   "kernel beyond (there the columns differ only under bf16 autocast, where `attend` runs the fused kernel in "
                   "float32).", ""]
-        (out / "attention.md").write_text("\n".join(header) + text)
+        write_results(args.out, "attention", rows, "\n".join(header) + text)
     return 0
 
 

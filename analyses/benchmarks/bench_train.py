@@ -42,7 +42,6 @@ markdown table that reports/benchmarks/train.md quotes.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import statistics
@@ -53,8 +52,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
+from bench_io import write_results  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -401,7 +402,7 @@ def main(argv=None):
         best[(name, d)]["worst_round"] = round(worst, 1)
         return rate
 
-    naive_cfg = {d: c for c in configs for d in [c[1]] if c[0] == "naive"}
+    naive_cfg = {c[1]: c for c in configs if c[0] == "naive"}  # d_model -> the naive configuration
     for r in range(args.rounds):
         for name, d, fn, kw, steps in configs:
             if r > 0 and name.startswith("ensemble") and int(name.split("-")[1]) >= 128 and device.type == "cpu":
@@ -425,13 +426,7 @@ def main(argv=None):
     text = report(rows, device, load_seen, args, bounds)
     print(text)
     if not args.no_write:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         suffix = "" if device.type == "cpu" else f"_{device.type}"
-        with open(out / f"train{suffix}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
         cmd = "python analyses/benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
         header = ["# Training throughput: naive loop vs our trainer vs the batched ensemble", "",
                   f"Written by `{cmd.strip()}` (raw numbers: `train{suffix}.csv`). Each configuration runs a fixed "
@@ -443,7 +438,7 @@ def main(argv=None):
                   "slower mode from one window to the next; one-thread workers (naive-parallel, ensembles) do not. "
                   "`sweep_hours` projects the full paper sweep (300 runs x 4,000 epochs x 8,100 puzzles, training "
                   "only) at the best measured aggregate rate.", ""]
-        (out / f"train{suffix}.md").write_text("\n".join(header) + text + "\n")
+        write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
     return 0
 
 

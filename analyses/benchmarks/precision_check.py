@@ -17,7 +17,6 @@ with the grid. Writes reports/benchmarks/precision.csv and precision.md (unless 
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import tempfile
 from pathlib import Path
@@ -25,8 +24,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
+from bench_io import write_results  # noqa: E402
 
 from pe_probe.api import analyze_source  # noqa: E402
 from trainers.cli import _parse_list  # noqa: E402
@@ -78,13 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(rows, variants, cfgs[0].optim.epochs, argv)
     print(text)
     if not args.no_write:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / "precision.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        (out / "precision.md").write_text(text)
+        write_results(args.out, "precision", rows, text)
     return 0
 
 

@@ -10,14 +10,13 @@ analyses and report read them unchanged. Interrupted runs resume from their last
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Callable
 
 from analyses.lst.grid import RunSpec
-from analyses.lst.runner import Runner, RunResult, is_finished
+from analyses.lst.runner import Runner, RunResult, is_finished, write_spec
 
 
 class EnsembleRunner(Runner):
@@ -33,7 +32,7 @@ class EnsembleRunner(Runner):
     def submit(self, spec: RunSpec, out_dir: str | os.PathLike) -> None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+        write_spec(out, spec.to_dict())
         self._queue.append((spec, out))
 
     def wait(self) -> list[RunResult]:

@@ -21,7 +21,6 @@ killed driver can simply be started again. Ray is imported lazily: the local bac
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from analyses.lst.runner import RunResult, Runner
+from analyses.lst.runner import RunResult, Runner, write_spec
 
 SKIPPED_RC = 0  # a run found finished at submission is reported as done (returncode 0, 0 seconds)
 FAILED_RC = 1
@@ -208,7 +207,7 @@ def run_task(spec_dict: dict, out: str, attempt: int, threads: int, stage: bool 
             work = Path(path)
             work.mkdir(parents=True, exist_ok=True)
         remove_stale_temp_files(work)
-        (work / "spec.json").write_text(json.dumps(spec_dict, indent=2) + "\n")
+        write_spec(work, spec_dict)
         _log_to(work / "train.log")(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} ray attempt {attempt} "
                                     f"host {socket.gethostname()} pid {os.getpid()}")
         fn = train_fn or train_run

@@ -721,9 +721,9 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
              "`reports/benchmarks/precision.md`), so σ values are compared over seeds.")
     L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
              "layer 0, attention maps (trajectories). 500 permutations / 500 bootstrap resamples; reference `sin2d:4x4`; "
-             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed."
-             + ("" if notes else "\n"))
-    L += [f"- Note: {n}" + ("\n" if i == len(notes) - 1 else "") for i, n in enumerate(notes or [])]
+             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.")
+    L += [f"- Note: {n}" for n in notes or []]
+    L.append("")
     L.append("## Verdicts on the study's claims\n")
     L.append("Criteria (fixed in `analyses/lst/report.py`): *large σ hurts* is supported when held-out accuracy for σ ≤ 0.2 "
              "exceeds that for σ ≥ 1.5 by more than 10 points with a one-sided Mann-Whitney p < 0.05; *smaller is better "

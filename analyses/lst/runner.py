@@ -53,6 +53,11 @@ def is_finished(spec: RunSpec, run_dir: str | os.PathLike) -> bool:
     return ep is not None and ep >= spec.config().optim.epochs
 
 
+def write_spec(run_dir: Path, spec_dict: dict) -> None:
+    """RUN_DIR/spec.json: the run's grid entry, which the analyses read for its tags."""
+    (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2) + "\n")
+
+
 def pe_probe_command() -> list[str]:
     """How to call ``pe-probe``: the console script beside this interpreter, else ``python -m``."""
     exe = Path(sys.executable).with_name("pe-probe")
@@ -91,7 +96,7 @@ class LocalRunner(Runner):
 
     def _start(self, spec: RunSpec, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+        write_spec(out, spec.to_dict())
         env = {**os.environ, **THREAD_ENV}
         logf = open(out / "train.log", "a")
         cmd = pe_probe_command() + spec.train_args(str(out))
