@@ -240,11 +240,13 @@ class StackedOptimizer:
         self.momentum = torch.tensor([c.optim.momentum for c in cfgs], dtype=torch.float32, device=device)
         self.t = 0  # optimizer steps taken (same for every member of a group)
         self.fused = fused_adamw_supported(stack.params.values())  # where `make_optimizer` uses it too
-        # members by (lr, weight decay), as Python floats: the fused kernel takes one pair per call, and
-        # grouping here (not from the tensors each step) keeps the step free of host synchronisation
+        # members by (lr, weight decay): the fused kernel takes one pair per call. Grouped once here (not
+        # from the device tensors each step, a host sync on a GPU), with the values rounded to float32 as
+        # the (K,) tensors hold them, which is what the kernel has been given since it was introduced
+        hyper = torch.tensor([[c.optim.lr, c.optim.weight_decay] for c in cfgs], dtype=torch.float32).tolist()
         self.by_hyper: dict[tuple[float, float], list[int]] = {}
-        for k, c in enumerate(cfgs):
-            self.by_hyper.setdefault((c.optim.lr, c.optim.weight_decay), []).append(k)
+        for k, (lr, wd) in enumerate(hyper):
+            self.by_hyper.setdefault((lr, wd), []).append(k)
         self.state: dict[str, dict[str, Tensor]] = {}
 
     @staticmethod
