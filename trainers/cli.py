@@ -99,8 +99,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--ensemble-max", type=int, default=None, metavar="K",
                    help="at most K runs per batched group (default: all on a GPU, 4 on the CPU)")
     g.add_argument("--ensemble-workers", type=int, default=None, metavar="N",
-                   help="CPU only: train N batched groups side by side, one core each (default: one per core; "
-                        "1 with --compile or dropout)")
+                   help="CPU only: train N batched groups side by side, one core each: threads, or with --compile "
+                        "one spawned process each (default: one per core; 1 with dropout > 0 unless --compile)")
     g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
                    "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "

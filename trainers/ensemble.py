@@ -19,8 +19,9 @@ sum of the members' mean losses, so each member's gradient is its own.
 
 Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
-trained side by side, one per worker thread with one torch thread each (`cpu_workers`; the results are
-the same, tested). Both ways the last layer computes only the readout token, as `PETransformer` does.
+trained side by side, one per worker with one torch thread each (`cpu_workers`: threads, or spawned
+processes for compiled groups; the results are the same, tested). Both ways the last layer computes
+only the readout token, as `PETransformer` does.
 
 What may differ inside a group: `VARYING` (seed, PE init and sigma, learning rate, weight decay,
 momentum). Members that differ in anything else (PE kind, width, epochs, data, ...) go to separate
@@ -37,6 +38,7 @@ Differences from the single-model trainer (documented, tested where exact):
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -429,7 +431,10 @@ def train_ensemble(
     for members in groups.values():
         size = group_size(len(members), n_workers, max_group)
         jobs += [members[j : j + size] for j in range(0, len(members), size)]
-    for job, metrics in zip(jobs, _run_jobs(jobs, n_workers, lambda job, stop: _train_group(job, gt, log, compile, amp, stop))):
+    processes = in_processes(n_workers, device, compile)  # compiled groups: one spawned process per core
+    train_job = functools.partial(_train_group, gt=gt, log=_print if processes else log, compile=compile, amp=amp)
+    runs = _run_jobs(jobs, n_workers, train_job, processes=processes)
+    for job, metrics in zip(jobs, runs):
         for m, mk in zip(job, metrics):
             results[m.index] = mk
     return [r if r is not None else {} for r in results]
@@ -443,14 +448,26 @@ def cpu_workers(workers: int | None, cfgs: Sequence[TrainConfig], device: torch.
 
     Why: at the study's sizes one model's step is compute-bound and too small for torch's intra-op
     threads to share well (2 threads: ~1.2-1.5x one), while independent groups on separate cores scale
-    ~2x. Always 1 on a GPU, with ``compile`` (not thread-safe), and with dropout > 0 (the dropout masks
-    come from torch's global RNG, which threads would share).
+    ~2x. Always 1 on a GPU. Eager groups run on worker threads, so 1 with dropout > 0 (the dropout masks
+    come from torch's global RNG, which threads would share); compiled groups run in worker processes
+    (`in_processes`), each with its own RNG.
     """
     if workers is not None and workers < 1:
         raise InputError(f"--ensemble-workers must be >= 1, got {workers}")
-    if device.type != "cpu" or compile or any(c.model.dropout > 0 for c in cfgs):
+    if device.type != "cpu" or (not compile and any(c.model.dropout > 0 for c in cfgs)):
         return 1
     return workers if workers is not None else usable_cores()
+
+
+def in_processes(n_workers: int, device: torch.device, compile: bool) -> bool:
+    """Whether CPU workers are spawned processes rather than threads: for compiled groups.
+
+    Threads suit eager groups (torch ops release the GIL; no start-up cost), but torch.compile is not
+    thread-safe and its compiled steps hold the GIL between kernels: two compiled groups on two threads
+    ran no faster than eager ones here, while two processes ran ~15% faster
+    (``analyses/benchmarks/bench_train.py --compile``).
+    """
+    return device.type == "cpu" and compile and n_workers > 1
 
 
 def usable_cores() -> int:
@@ -472,23 +489,35 @@ class _Stopped(Exception):
     """Raised inside a worker thread when another worker failed or the user interrupted."""
 
 
-def _run_jobs(jobs: list[Any], n_workers: int, fn: Callable[[Any, threading.Event], Any]) -> list[Any]:
-    """fn(job, stop) for every job, in order; on ``n_workers`` threads with one torch thread each when > 1.
+def _run_jobs(jobs: list[Any], n_workers: int, fn: Callable[[Any, Any], Any], processes: bool = False) -> list[Any]:
+    """fn(job, stop) for every job, in order; on ``n_workers`` workers with one torch thread each when > 1.
 
-    When a job fails (or Ctrl-C reaches the main thread) ``stop`` is set; the other workers leave at
-    their next step (their runs resume from their last checkpoint) and the first error is re-raised.
+    Workers are threads, or with ``processes`` spawned processes (then ``fn`` and the jobs must pickle;
+    module-level functions, `functools.partial` of them). When a job fails (or Ctrl-C reaches the main
+    process) ``stop`` (an Event) is set; the other workers leave at their next step (their runs resume
+    from their last checkpoint) and the first error is re-raised.
     """
-    stop = threading.Event()
     if n_workers == 1 or len(jobs) <= 1:
-        return [fn(job, stop) for job in jobs]
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+        return [fn(job, threading.Event()) for job in jobs]
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
 
+    n = min(n_workers, len(jobs))
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # each worker thread runs its ops on its own core
-    pool = ThreadPoolExecutor(max_workers=min(n_workers, len(jobs)), thread_name_prefix="ensemble")
+    if processes:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools mid-use
+        stop: Any = ctx.Event()
+        pool: Any = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_process, initargs=(stop,))
+        submit = lambda job: pool.submit(_call_in_process, fn, job)  # noqa: E731
+    else:
+        stop = threading.Event()
+        torch.set_num_threads(1)  # each worker thread runs its ops on its own core
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ensemble")
+        submit = lambda job: pool.submit(fn, job, stop)  # noqa: E731
     futures: list[Any] = []
     try:
-        futures = [pool.submit(fn, job, stop) for job in jobs]
+        futures = [submit(job) for job in jobs]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:  # the first failure stops the rest at once (raised here, handled below)
             if f in done and f.exception() is not None:
@@ -504,8 +533,27 @@ def _run_jobs(jobs: list[Any], n_workers: int, fn: Callable[[Any, threading.Even
         torch.set_num_threads(threads)
 
 
-def _train_group(members: list[_Member], gt: Any, log: Callable[[str], None], compile: bool, amp: bool,
-                 stop: threading.Event | None = None) -> list[dict[str, float]]:
+_PROCESS_STOP: Any = None  # the pool's stop Event, in a worker process
+
+
+def _init_process(stop: Any) -> None:
+    """Worker-process start: one torch thread (one core), and the pool's stop Event."""
+    global _PROCESS_STOP
+    _PROCESS_STOP = stop
+    torch.set_num_threads(1)
+
+
+def _call_in_process(fn: Callable[[Any, Any], Any], job: Any) -> Any:
+    return fn(job, _PROCESS_STOP)
+
+
+def _print(line: str) -> None:
+    """The log of a worker process (a parent's log function may not pickle)."""
+    print(line, flush=True)
+
+
+def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Callable[[str], None], compile: bool,
+                 amp: bool) -> list[dict[str, float]]:
     cfg0 = members[0].cfg
     K = len(members)
     name_of = members[0].out.name if K == 1 else f"ensemble of {K} ({members[0].out.name}, ...)"  # for log lines

@@ -6,13 +6,17 @@ Usage:
   python analyses/benchmarks/bench_train.py --d-models 64 --ks 4,8 --steps 10 --no-write
 
 Configurations, each measured for a fixed number of optimizer steps (batch 128) after warm-up steps,
-all in this one process so their ratios share the machine's state:
+all in this one run so their ratios share the machine's state:
 * naive: the study's companion-style loop written here: a learned PE table added at the input of
   every layer, `nn.MultiheadAttention` (need_weights left at its default, True), post-LN, MLP 4x with
   GELU, AdamW, batch 128 gathered by indexing, and Python-side `.item()` on the loss and the number
   correct after every step;
-* naive-parallel (CPU): the naive loop once per core side by side, one torch thread each (what launching
-  one companion-style process per core gives; a stricter baseline for the ensemble than `naive`);
+* naive-parallel (CPU): the naive loop once per core side by side, each in its own one-thread process
+  (`side_by_side`: what launching one companion-style process per core gives; a stricter baseline for
+  the ensemble than `naive`);
+* single-parallel (CPU): our single-model step (below, no host sync) once per core side by side, one
+  one-thread process each: what the LST sweep's ``--backend local`` does, the fair CPU baseline for
+  the ensemble (column `x single-parallel`, against the variant of the same precision);
 * single: our `PETransformer` (`trainers.model.attend`: matmul-softmax attention on the CPU at 16 tokens,
   fused SDPA elsewhere; the last layer computes only the readout token) with the step of
   `trainers.train.train`;
@@ -23,8 +27,9 @@ all in this one process so their ratios share the machine's state:
   core (`cpu_workers`);
 * *-bf16: the same under bf16 autocast (default where supported: a GPU, or a CPU with native bf16 such
   as AVX512-BF16);
-* *-compile: torch.compile of the step: `single-compile` (`pe-probe train --compile`) always (unless
-  --no-compile), the ensembles' with --compile (on the CPU `--compile` trains an ensemble on one worker).
+* *-compile: torch.compile of the step: `single-compile` (`pe-probe train --compile`) and the ensembles
+  of --compile-ks (default 8) unless --no-compile, every ensemble with --compile. On the CPU compiled
+  groups train as `train_ensemble --compile` trains them: in one-thread worker processes, side by side.
 All of them run with the torch thread count given by --threads (default: torch's default, all cores),
 so the naive baseline is one companion-style process using the whole machine, as in the issue.
 Also measured: the arithmetic bound, the GEMM rate of the model's matrix shape divided by the training
@@ -56,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this
 
 import torch  # noqa: E402
 from bench_io import write_results  # noqa: E402
+from side_by_side import side_by_side  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -138,16 +144,12 @@ def bench_naive(d, device, steps, warmup, **_):
 
 
 def bench_naive_parallel(d, device, steps, warmup, workers=None, **_):
-    """The naive loop run once per core side by side (one torch thread each): what a user gets by simply
-    launching one companion-style process per core. Threads here; the ops release the GIL."""
-    from trainers.ensemble import _run_jobs, usable_cores
+    """The naive loop once per core side by side, each in its own one-thread process: what a user gets by
+    launching one companion-style process per core."""
+    from trainers.ensemble import usable_cores
 
     n = workers or usable_cores()
-    steps_fns = [_naive_step(d, device, seed=s) for s in range(n)]
-    _run_jobs(steps_fns, n, lambda step, stop: [step(i) for i in range(warmup)])
-    t = time.perf_counter()
-    _run_jobs(steps_fns, n, lambda step, stop: [step(warmup + i) for i in range(steps)])
-    return time.perf_counter() - t, n
+    return side_by_side(_naive_step, [{"d": d, "device": device, "seed": s} for s in range(n)], warmup, steps), n
 
 
 def _our_model(d, device, seed=0):
@@ -162,17 +164,18 @@ def _our_model(d, device, seed=0):
     return model, make_optimizer(model, cfg), cfg
 
 
-def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, **_):
+def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0):
+    """One step function of our single-model trainer (the inner step of `trainers.train.train`)."""
     from trainers.evaluate import bf16_autocast
 
     x, y = fake_data(device)
-    model, opt, _ = _our_model(d, device)
+    model, opt, _ = _our_model(d, device, seed=seed)
     fwd = torch.compile(model) if compile else model
-    perm = torch.randperm(N_TRAIN).to(device)
+    perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
     acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
            "loss_f": 0.0, "correct_i": 0}
 
-    def step(i):  # the inner step of trainers.train.train
+    def step(i):
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
         with bf16_autocast(device, bf16):
             logits = fwd(x[idx])
@@ -187,51 +190,90 @@ def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=Fal
             acc["loss_f"] += loss.item() * len(idx)
             acc["correct_i"] += (logits.argmax(-1) == y[idx]).sum().item()
 
-    return _time(step, steps, warmup, device), 1
+    return step
+
+
+def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, **_):
+    return _time(_single_step(d, device, nosync, compile, bf16), steps, warmup, device), 1
+
+
+def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **_):
+    """Our single-model trainer once per core side by side, one one-thread process each (what the LST
+    sweep's ``--backend local`` does): the fair CPU baseline for the ensemble."""
+    from trainers.ensemble import usable_cores
+
+    n = workers or usable_cores()
+    kws = [{"d": d, "device": device, "nosync": True, "bf16": bf16, "seed": s} for s in range(n)]
+    return side_by_side(_single_step, kws, warmup, steps), n
+
+
+def _group_step(d, device, seeds, bf16=False, compile=False):
+    """One step function of a batched group of members (the step of `trainers.ensemble._train_group`)."""
+    from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
+    from trainers.evaluate import bf16_autocast
+
+    x, y = fake_data(device)
+    group = [_our_model(d, device, seed=s) for s in seeds]
+    stack = Stack.of([m[0] for m in group])
+    opt = StackedOptimizer(stack, [m[2] for m in group], device)
+    base = template_model(group[0][0])
+    perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
+    params = list(stack.params.values())
+    autocast = bf16_autocast(device, bf16)  # made once, outside the compiled function, as the trainer does
+    del group
+
+    def loss_fn(p, xb, yb):
+        with autocast:
+            logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
+        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
+
+    fn = torch.compile(loss_fn) if compile else loss_fn
+
+    def step(i):
+        idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
+        losses = fn(stack.params, x[idx], y[idx])
+        grads = torch.autograd.grad(losses.sum(), params)
+        opt.step(dict(zip(stack.params, grads)))
+
+    return step
+
+
+def _groups_step(kws):
+    """One step of several groups in turn (a worker process with more than one group)."""
+    steps = [_group_step(**kw) for kw in kws]
+
+    def step(i):
+        for one in steps:
+            one(i)
+
+    return step
 
 
 def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, **_):
     """K members as `trainers.ensemble.train_ensemble` trains them: batched groups (all K on a GPU; at most
-    `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU."""
-    from trainers.ensemble import Stack, StackedOptimizer, _run_jobs, cpu_workers, ensemble_forward, group_size, template_model
-    from trainers.evaluate import bf16_autocast
+    `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU, or in one-thread
+    processes when compiled (`in_processes`)."""
+    from trainers.config import make_config
+    from trainers.ensemble import _run_jobs, cpu_workers, group_size, in_processes
 
-    x, y = fake_data(device)
-    members = [_our_model(d, device, seed=s) for s in range(k)]
-    n_workers = cpu_workers(workers, [m[2] for m in members], device, compile)
+    cfg = make_config("paper", {"model.d_model": d, "device": device.type})
+    n_workers = cpu_workers(workers, [cfg], device, compile)
     size = group_size(k, n_workers)
+    seed_groups = [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
+    kws = [{"d": d, "device": device, "seeds": seeds, "bf16": bf16, "compile": compile} for seeds in seed_groups]
+    if in_processes(n_workers, device, compile):  # worker j trains groups j, j + n, ... each step
+        n = min(n_workers, len(kws))
+        return side_by_side(_groups_step, [{"kws": kws[j::n]} for j in range(n)], warmup, steps), k
+    groups = [_group_step(**kw) for kw in kws]
 
-    def make_group(lo):
-        group = members[lo : lo + size]
-        stack = Stack.of([m[0] for m in group])
-        opt = StackedOptimizer(stack, [m[2] for m in group], device)
-        base = template_model(group[0][0])
-        perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(lo + s))
-                             for s in range(len(group))]).to(device)
-        params = list(stack.params.values())
+    def run(step, first, n):
+        for i in range(first, first + n):
+            step(i)
 
-        def loss_fn(p, xb, yb):  # the batched step of trainers.ensemble._train_group
-            with bf16_autocast(device, bf16):
-                logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
-            return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
-
-        fn = torch.compile(loss_fn) if compile else loss_fn
-
-        def run(first, n, _stop=None):
-            for i in range(first, first + n):
-                idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
-                losses = fn(stack.params, x[idx], y[idx])
-                grads = torch.autograd.grad(losses.sum(), params)
-                opt.step(dict(zip(stack.params, grads)))
-
-        return run
-
-    groups = [make_group(lo) for lo in range(0, k, size)]
-    del members
-    _run_jobs(groups, n_workers, lambda run, stop: run(0, warmup))
+    _run_jobs(groups, n_workers, lambda step, stop: run(step, 0, warmup))
     sync(device)
     t = time.perf_counter()
-    _run_jobs(groups, n_workers, lambda run, stop: run(warmup, steps))
+    _run_jobs(groups, n_workers, lambda step, stop: run(step, warmup, steps))
     sync(device)
     return time.perf_counter() - t, k
 
@@ -324,6 +366,9 @@ def plan(args):
         out += [("naive", d, bench_naive, {}, s)]
         if args.device == "cpu":
             out.append(("naive-parallel", d, bench_naive_parallel, {}, s))
+            out.append(("single-parallel", d, bench_single_parallel, {}, s))
+            if args.bf16:
+                out.append(("single-parallel-bf16", d, bench_single_parallel, {"bf16": True}, s))
         out += [("single", d, bench_single, {}, s),
                 ("single-nosync", d, bench_single, {"nosync": True}, s)]
         if not args.no_compile:  # the single-model trainer's --compile (the ensemble's only with --compile)
@@ -339,8 +384,10 @@ def plan(args):
             out.append((f"ensemble-{k}", d, bench_ensemble, {"k": k}, ks))
             if args.bf16:
                 out.append((f"ensemble-{k}-bf16", d, bench_ensemble, {"k": k, "bf16": True}, ks))
-            if args.compile:
+            if args.compile or (k in args.compile_ks and not args.no_compile):
                 out.append((f"ensemble-{k}-compile", d, bench_ensemble, {"k": k, "compile": True}, ks))
+                if args.bf16:
+                    out.append((f"ensemble-{k}-bf16-compile", d, bench_ensemble, {"k": k, "bf16": True, "compile": True}, ks))
     return out
 
 
@@ -355,9 +402,12 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's default)")
     p.add_argument("--cpu-max-kd", type=int, default=64 * 128, help="on CPU, skip ensembles with K x d_model above this")
     p.add_argument("--gpu-full", action="store_true", help="GPU grid: K up to 300, 50 steps, with --compile and --bf16 variants")
-    p.add_argument("--compile", action="store_true", help="add torch.compile variants of the ensembles too")
+    p.add_argument("--compile", action="store_true", help="time every ensemble size compiled too (by default only "
+                   "those in --compile-ks)")
+    p.add_argument("--compile-ks", default="8", help="ensemble sizes also timed with torch.compile (default 8, the "
+                   "target's; on the CPU compiled groups train in one-thread processes, each compiling its step)")
     p.add_argument("--no-compile", action="store_true", help="no torch.compile variants (by default the single-model "
-                   "trainer is also timed with --compile)")
+                   "trainer and the ensembles of --compile-ks are also timed with --compile)")
     p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (default where supported: a GPU, "
                    "or a CPU with native bf16)")
     p.add_argument("--no-bf16", action="store_true", help="no bf16 variants")
@@ -368,6 +418,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     args.d_models = [int(v) for v in args.d_models.split(",")]
     args.ks = [int(v) for v in args.ks.split(",")]
+    args.compile_ks = [int(v) for v in args.compile_ks.split(",") if v]
     if args.gpu_full:
         args.ks = sorted(set(args.ks) | {4, 8, 32, 64, 128, 300})
         args.steps, args.compile, args.bf16 = max(args.steps, 50), True, True
@@ -422,6 +473,8 @@ def main(argv=None):
         row["x_naive_paired"] = 1.0 if row["config"] == "naive" else (round(statistics.median(paired[key]), 2) if key in paired else "")
         par = best.get(("naive-parallel", row["d_model"]))
         row["x_naive_parallel"] = round(row["puzzles_per_s"] / par["puzzles_per_s"], 2) if par else ""
+        ours = best.get(("single-parallel-bf16" if "bf16" in row["config"] else "single-parallel", row["d_model"]))
+        row["x_single_parallel"] = round(row["puzzles_per_s"] / ours["puzzles_per_s"], 2) if ours else ""
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
     text = report(rows, device, load_seen, args, bounds)
     print(text)
@@ -448,12 +501,13 @@ def report(rows, device, loads, args, bounds) -> str:
              f"(anything else running on the machine lowers absolute rates). `puzzles/s` is the best round, `worst "
              f"round` the slowest: processes whose torch ops span both cores (naive, single) vary most between rounds "
              f"on this virtual machine.", "",
-             "| d_model | config | models | steps | seconds | puzzles/s | worst round | x naive | x naive (paired) | x naive-parallel | full sweep (h) |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| d_model | config | models | steps | seconds | puzzles/s | worst round | x naive | x naive (paired) | x naive-parallel "
+             "| x single-parallel | full sweep (h) |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['d_model']} | {r['config']} | {r['models']} | {r['steps']} | {r['seconds']} | "
-                     f"{r['puzzles_per_s']:.0f} | {r['worst_round']:.0f} | {r['x_naive']} | {r['x_naive_paired']} | {r['x_naive_parallel']} | "
-                     f"{r['sweep_hours']} |")
+                     f"{r['puzzles_per_s']:.0f} | {r['worst_round']:.0f} | {r['x_naive']} | {r['x_naive_paired']} | "
+                     f"{r['x_naive_parallel']} | {r['x_single_parallel']} | {r['sweep_hours']} |")
     lines.append("")
     lines.append(f"full sweep = {SWEEP_RUNS} runs x {SWEEP_EPOCHS} epochs x {N_TRAIN} puzzles at the measured rate "
                  f"(for ensembles, the aggregate rate; evaluation and checkpoint time not included).")
@@ -480,8 +534,9 @@ def report(rows, device, loads, args, bounds) -> str:
     if device.type == "cpu":
         lines += ["", "Targets (issue 7, CPU, d_model 64), against `naive` (one companion-style process using every "
                   "core, the issue's baseline) and, stricter, `naive-parallel` (one such process per core, side by side):"]
-        for cfg, target in (("ensemble-8", 3.0), ("single", 1.5), ("single-compile", 1.5), ("ensemble-8-bf16", 3.0),
-                            ("single-bf16", 1.5), ("single-bf16-compile", 1.5)):
+        for cfg, target in (("ensemble-8", 3.0), ("ensemble-8-compile", 3.0), ("single", 1.5), ("single-compile", 1.5),
+                            ("ensemble-8-bf16", 3.0), ("ensemble-8-bf16-compile", 3.0), ("single-bf16", 1.5),
+                            ("single-bf16-compile", 1.5)):
             r = by.get((cfg, 64))
             if r is None:
                 lines.append(f"- {cfg} >= {target}x naive: not measured")

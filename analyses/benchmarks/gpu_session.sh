@@ -18,7 +18,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$DEVICE" = cpu ]; then
   BENCH=(--device cpu --d-models 16 --ks 2 --steps 2 --warmup 1 --rounds 1 --no-compile --no-bf16)
 else
-  BENCH=(--device cuda --d-models 160 --ks 4,8,32,128,300 --steps 50 --rounds 2)
+  BENCH=(--device cuda --d-models 160 --ks 4,8,32,128,300 --steps 50 --rounds 2 --compile-ks "")  # no compiled ensembles: time
 fi
 { date; nvidia-smi 2>&1 || true; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$OUT_DIR/machine.txt" 2>&1

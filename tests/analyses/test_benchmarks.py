@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "analyses" / "benchmarks"))
 
 import bench_train  # noqa: E402
+from side_by_side import side_by_side  # noqa: E402
 
 
 def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
@@ -23,6 +24,8 @@ def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     assert all(float(r["puzzles_per_s"]) > 0 and float(r["x_naive"]) > 0 for r in rows)
     by = {r["config"]: r for r in rows}
     assert float(by["naive"]["x_naive"]) == 1.0 and float(by["naive-parallel"]["x_naive_parallel"]) == 1.0
+    assert float(by["single-parallel"]["x_single_parallel"]) == 1.0 and int(by["single-parallel"]["models"]) >= 1
+    assert float(by["ensemble-3"]["x_single_parallel"]) > 0  # the ensemble against our trainer, one process per core
     text = (tmp_path / "train.md").read_text()
     assert "Arithmetic bound" in text and "| 16 |" in text and "Targets (issue 7" in text
 
@@ -36,6 +39,39 @@ def test_our_model_needs_fewer_flops_per_puzzle_than_the_naive_loop():
     naive = bench_train.flops_per_puzzle(bench_train.NaiveModel(32), dev)
     assert pruned < 0.85 * full
     assert full == pytest.approx(naive, rel=0.05)  # same architecture when nothing is pruned
+
+
+def _sleepy_loop(path, fail=False):
+    """A side-by-side loop (module level, so it pickles): records its process and thread count, then sleeps."""
+    import os
+    import time
+
+    if fail:
+        raise ValueError("no such width")
+    Path(path).write_text(f"{os.getpid()} {torch.get_num_threads()}")
+    return lambda i: time.sleep(0.1)
+
+
+def test_side_by_side_runs_each_loop_in_its_own_one_thread_process_at_the_same_time(tmp_path):
+    import os
+
+    files = [tmp_path / "a", tmp_path / "b"]
+    secs = side_by_side(_sleepy_loop, [{"path": str(f)} for f in files], warmup=1, steps=5)
+    assert 0.45 < secs < 0.95  # 5 sleeps of 0.1 s each, the two loops at once (one after the other: >= 1 s)
+    seen = [f.read_text().split() for f in files]
+    assert len({pid for pid, _ in seen}) == 2 and str(os.getpid()) not in {pid for pid, _ in seen}
+    assert all(threads == "1" for _, threads in seen)
+
+
+def test_side_by_side_surfaces_a_workers_error():
+    with pytest.raises(RuntimeError, match="ValueError: no such width"):
+        side_by_side(_sleepy_loop, [{"path": "unused", "fail": True}, {"path": "unused2", "fail": True}], 1, 1)
+
+
+@pytest.mark.slow
+def test_compiled_ensemble_benchmark_runs_groups_in_worker_processes():
+    secs, k = bench_train.bench_ensemble(16, torch.device("cpu"), 2, 1, k=3, compile=True, workers=2)
+    assert k == 3 and secs > 0
 
 
 def test_ensemble_benchmark_runs_groups_on_worker_threads():

@@ -235,13 +235,66 @@ def test_a_failing_worker_stops_the_others_and_the_error_surfaces(tmp_path):
     assert all(e < 6 for e in epochs)  # the surviving worker left early instead of finishing its run
 
 
+def _square_or_fail(job, stop):
+    """A worker-process job (module level, so it pickles): square, fail, or wait for ``stop``."""
+    if job == "fail":
+        time.sleep(0.5)  # let the other job start first
+        raise RuntimeError("disk full")
+    if job == "wait":
+        for _ in range(600):
+            if stop.is_set():
+                return "stopped"
+            time.sleep(0.05)
+        return "never stopped"
+    return job * job, torch.get_num_threads()
+
+
+def test_worker_processes_return_results_in_order_on_one_torch_thread_each():
+    from trainers.ensemble import _run_jobs
+
+    threads = torch.get_num_threads()
+    assert _run_jobs([1, 2, 3], 2, _square_or_fail, processes=True) == [(1, 1), (4, 1), (9, 1)]
+    assert torch.get_num_threads() == threads
+
+
+def test_a_failing_worker_process_stops_the_others_and_the_error_surfaces():
+    from trainers.ensemble import _run_jobs
+
+    t = time.time()
+    with pytest.raises(RuntimeError, match="disk full"):
+        _run_jobs(["wait", "fail"], 2, _square_or_fail, processes=True)
+    assert time.time() - t < 25  # the waiting worker saw the stop event instead of running out its 30 s
+
+
+@pytest.mark.slow
+def test_compiled_groups_in_worker_processes_match_eager_serial_runs(tmp_path):
+    """--compile on the CPU: groups trained in two spawned processes give the eager runs (up to reordering)."""
+    cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1)]
+    train_ensemble(cfgs, [tmp_path / "eager" / str(i) for i in range(2)], log=quiet, workers=1)
+    torch.set_num_threads(2)  # the parent's count; each worker process runs one
+    try:
+        train_ensemble(cfgs, [tmp_path / "procs" / str(i) for i in range(2)], log=quiet, workers=2, max_group=1, compile=True)
+        assert torch.get_num_threads() == 2  # the parent's count is restored
+    finally:
+        torch.set_num_threads(1)
+    for i in range(2):
+        assert_same_run(tmp_path / "eager" / str(i), tmp_path / "procs" / str(i))
+    prov = [json.loads(s) for s in (tmp_path / "procs" / "0" / "provenance.jsonl").read_text().splitlines()]
+    assert prov[-1]["compile"] is True and prov[-1]["torch_threads"] == 1  # trained in a 1-thread worker process
+
+
 def test_worker_count_rules():
     from trainers.ensemble import cpu_workers
 
     cpu, cfg = torch.device("cpu"), tiny()
     assert cpu_workers(3, [cfg], cpu, compile=False) == 3
-    assert cpu_workers(3, [cfg], cpu, compile=True) == 1  # torch.compile is not thread-safe
-    assert cpu_workers(3, [tiny(**{"model.dropout": 0.1})], cpu, compile=False) == 1  # shared global RNG
+    assert cpu_workers(3, [cfg], cpu, compile=True) == 3  # compiled groups: worker processes
+    assert cpu_workers(3, [tiny(**{"model.dropout": 0.1})], cpu, compile=False) == 1  # threads share the RNG
+    assert cpu_workers(3, [tiny(**{"model.dropout": 0.1})], cpu, compile=True) == 3  # processes do not
+    from trainers.ensemble import in_processes
+
+    assert in_processes(2, cpu, compile=True) and not in_processes(2, cpu, compile=False)
+    assert not in_processes(1, cpu, compile=True)
     assert cpu_workers(None, [cfg], cpu, compile=False) >= 1
     from trainers.ensemble import CPU_GROUP, group_size
 
