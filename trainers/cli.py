@@ -103,6 +103,9 @@ def train_parser() -> argparse.ArgumentParser:
                         "one spawned process each (default: one per core; 1 with dropout > 0 unless --compile)")
     g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
                    "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
+    g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
+                   "mode reduce-overhead): each step replays as one graph launch instead of hundreds of small kernel "
+                   "launches, which dominate a small model's step on a GPU; not measured yet (no GPU here); off by default")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
                    "native bf16 (AVX512-BF16/AMX; ~1.3-1.8x faster there; LayerNorm, softmax and the optimizer stay float32); "
                    "off by default")
@@ -261,7 +264,7 @@ def train_main(argv: list[str]) -> int:
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
-    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16)
+    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
     return 0
@@ -315,7 +318,7 @@ def ensemble_main(args: argparse.Namespace) -> int:
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
     outs = [Path(args.out) / member_name(c) for c in cfgs]
     results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile, amp=args.bf16,
-                             workers=args.ensemble_workers)
+                             workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs)
     for out, m in zip(outs, results):
         print(f"{out}: train_acc {m.get('train_acc', float('nan')):.3f}  test_acc {m.get('test_acc', float('nan')):.3f}"
               f"  ood_acc {m.get('ood_acc', float('nan')):.3f}")

@@ -63,8 +63,8 @@ from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, re
 from trainers.model import PETransformer, attend
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, epoch_seed, ground_truth, load_splits,
-    fused_adamw_supported, make_optimizer, prepare_run_dir, seed_everything,
+    CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, check_cuda_graphs, compiled_step, epoch_seed, ground_truth,
+    fused_adamw_supported, load_splits, make_optimizer, prepare_run_dir, seed_everything,
 )
 
 VARYING = ("seed", "pe.init", "pe.init_std", "optim.lr", "optim.weight_decay", "optim.momentum")
@@ -385,11 +385,13 @@ def train_ensemble(
     compile: bool = False,
     amp: bool = False,
     workers: int | None = None,
+    cuda_graphs: bool = False,
 ) -> list[dict[str, float]]:
     """Train (or resume, or report finished) one run per (cfg, out_dir); return each run's last metrics.
 
     max_group: at most this many members per batched group (default: all on a GPU, `CPU_GROUP` on
-    the CPU); compile: ``torch.compile`` the batched training step; amp: bf16 autocast (GPU, or a CPU
+    the CPU); compile: ``torch.compile`` the batched training step (cuda_graphs: with CUDA graphs, GPU
+    only, see `trainers.train.compiled_step`); amp: bf16 autocast (GPU, or a CPU
     with native bf16, see `trainers.evaluate.bf16_autocast`); workers: on the CPU, batched groups
     trained side by side, one thread and one core each (default: one per core; see `cpu_workers`).
     """
@@ -410,6 +412,7 @@ def train_ensemble(
     # settings that can fail are checked before any run folder is touched
     device = resolve_device(cfgs[0].device)
     bf16_autocast(device, amp)
+    check_cuda_graphs(device, cuda_graphs)
     n_workers = cpu_workers(workers, cfgs, device, compile)
 
     models = []
@@ -432,7 +435,8 @@ def train_ensemble(
         size = group_size(len(members), n_workers, max_group)
         jobs += [members[j : j + size] for j in range(0, len(members), size)]
     processes = in_processes(n_workers, device, compile)  # compiled groups: one spawned process per core
-    train_job = functools.partial(_train_group, gt=gt, log=_print if processes else log, compile=compile, amp=amp)
+    train_job = functools.partial(_train_group, gt=gt, log=_print if processes else log, compile=compile, amp=amp,
+                                  cuda_graphs=cuda_graphs)
     runs = _run_jobs(jobs, n_workers, train_job, processes=processes)
     for job, metrics in zip(jobs, runs):
         for m, mk in zip(job, metrics):
@@ -463,9 +467,10 @@ def in_processes(n_workers: int, device: torch.device, compile: bool) -> bool:
     """Whether CPU workers are spawned processes rather than threads: for compiled groups.
 
     Threads suit eager groups (torch ops release the GIL; no start-up cost), but torch.compile is not
-    thread-safe and its compiled steps hold the GIL between kernels: two compiled groups on two threads
-    ran no faster than eager ones here, while two processes ran ~15% faster
-    (``analyses/benchmarks/bench_train.py --compile``).
+    thread-safe (its guards even depend on the thread count) and a compiled step's Python wrapper holds
+    the GIL between kernels. Each process compiles its own step (once per group; ~25 s on this CPU).
+    Measured (``reports/benchmarks/train.md``, d_model 64, 8 members on 2 cores): bf16 1.07x the eager
+    threads, float32 0.98x.
     """
     return device.type == "cpu" and compile and n_workers > 1
 
@@ -553,7 +558,7 @@ def _print(line: str) -> None:
 
 
 def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Callable[[str], None], compile: bool,
-                 amp: bool) -> list[dict[str, float]]:
+                 amp: bool, cuda_graphs: bool = False) -> list[dict[str, float]]:
     cfg0 = members[0].cfg
     K = len(members)
     name_of = members[0].out.name if K == 1 else f"ensemble of {K} ({members[0].out.name}, ...)"  # for log lines
@@ -588,14 +593,15 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     version = code_version()  # git once for the group
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
-                       torch_threads=torch.get_num_threads(), bf16=amp, compile=compile)
+                       torch_threads=torch.get_num_threads(), bf16=amp, compile=compile or cuda_graphs,
+                       cuda_graphs=cuda_graphs)
 
     def loss_fn(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
         with autocast or nullcontext():
             logits = ensemble_forward(base, Stack(params, stack.buffers), xb).float()  # (K, b, C)
         return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)  # (K,)
 
-    step_loss = torch.compile(loss_fn) if compile else loss_fn
+    step_loss, mark_step = compiled_step(loss_fn, device, compile, cuda_graphs)
 
     def checkpoint(epoch: int) -> None:
         now = time.time() - t0
@@ -622,6 +628,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
             if stop is not None and stop.is_set():
                 raise _Stopped(f"{name_of}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
+            mark_step()
             losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
             grads = torch.autograd.grad(losses.sum(), params)
             opt.step(dict(zip(stack.params, grads)))

@@ -48,8 +48,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dro
     """Attention output softmax(q k^T / sqrt(hs) + mask) v: `F.scaled_dot_product_attention`'s maths.
 
     On the CPU with at most `MATH_ATTENTION_MAX_TOKENS` keys (the study's 16 tokens) it runs as two
-    matrix products and a softmax: at 16 tokens that is 1.2-1.5x faster than the fused CPU kernel in
-    float32 and 2.4-13x under bf16 autocast (forward + backward, torch 2.13:
+    matrix products and a softmax: at 16 tokens that is 1.05-1.8x faster than the fused CPU kernel in
+    float32 and 2.2-13x under bf16 autocast (forward + backward, torch 2.13:
     ``analyses/benchmarks/bench_attention.py``). Elsewhere the fused kernel runs, in float32
     under CPU bf16 autocast (the CPU's bf16 kernel is several times slower at these sizes).
     """

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 from typing import Sequence
+
+
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """The command that wrote a report, as the report quotes it (``argv`` None: this process's own)."""
+    return f"python analyses/benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
 
 
 def write_results(out_dir: str | Path, stem: str, rows: Sequence[dict], markdown: str,

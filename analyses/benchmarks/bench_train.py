@@ -30,6 +30,8 @@ all in this one run so their ratios share the machine's state:
 * *-compile: torch.compile of the step: `single-compile` (`pe-probe train --compile`) and the ensembles
   of --compile-ks (default 8) unless --no-compile, every ensemble with --compile. On the CPU compiled
   groups train as `train_ensemble --compile` trains them: in one-thread worker processes, side by side.
+* *-cudagraphs (GPU only): torch.compile with CUDA graphs (`--cuda-graphs`), for the single model and
+  the ensembles of --compile-ks, unless --no-compile.
 All of them run with the torch thread count given by --threads (default: torch's default, all cores),
 so the naive baseline is one companion-style process using the whole machine, as in the issue.
 Also measured: the arithmetic bound, the GEMM rate of the model's matrix shape divided by the training
@@ -60,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import write_results  # noqa: E402
+from bench_io import command_line, write_results  # noqa: E402
 from side_by_side import side_by_side  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -164,19 +166,21 @@ def _our_model(d, device, seed=0):
     return model, make_optimizer(model, cfg), cfg
 
 
-def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0):
+def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cuda_graphs=False):
     """One step function of our single-model trainer (the inner step of `trainers.train.train`)."""
     from trainers.evaluate import bf16_autocast
+    from trainers.train import compiled_step
 
     x, y = fake_data(device)
     model, opt, _ = _our_model(d, device, seed=seed)
-    fwd = torch.compile(model) if compile else model
+    fwd, mark_step = compiled_step(model, device, compile, cuda_graphs)
     perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
     acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
            "loss_f": 0.0, "correct_i": 0}
 
     def step(i):
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
+        mark_step()
         with bf16_autocast(device, bf16):
             logits = fwd(x[idx])
             loss = F.cross_entropy(logits.float(), y[idx])
@@ -193,8 +197,8 @@ def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0):
     return step
 
 
-def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, **_):
-    return _time(_single_step(d, device, nosync, compile, bf16), steps, warmup, device), 1
+def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, cuda_graphs=False, **_):
+    return _time(_single_step(d, device, nosync, compile, bf16, cuda_graphs=cuda_graphs), steps, warmup, device), 1
 
 
 def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **_):
@@ -207,10 +211,11 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **
     return side_by_side(_single_step, kws, warmup, steps), n
 
 
-def _group_step(d, device, seeds, bf16=False, compile=False):
+def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
     """One step function of a batched group of members (the step of `trainers.ensemble._train_group`)."""
     from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
     from trainers.evaluate import bf16_autocast
+    from trainers.train import compiled_step
 
     x, y = fake_data(device)
     group = [_our_model(d, device, seed=s) for s in seeds]
@@ -227,10 +232,11 @@ def _group_step(d, device, seeds, bf16=False, compile=False):
             logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
         return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
 
-    fn = torch.compile(loss_fn) if compile else loss_fn
+    fn, mark_step = compiled_step(loss_fn, device, compile, cuda_graphs)
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
+        mark_step()
         losses = fn(stack.params, x[idx], y[idx])
         grads = torch.autograd.grad(losses.sum(), params)
         opt.step(dict(zip(stack.params, grads)))
@@ -249,7 +255,7 @@ def _groups_step(kws):
     return step
 
 
-def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, **_):
+def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, cuda_graphs=False, **_):
     """K members as `trainers.ensemble.train_ensemble` trains them: batched groups (all K on a GPU; at most
     `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU, or in one-thread
     processes when compiled (`in_processes`)."""
@@ -260,7 +266,8 @@ def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, wor
     n_workers = cpu_workers(workers, [cfg], device, compile)
     size = group_size(k, n_workers)
     seed_groups = [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
-    kws = [{"d": d, "device": device, "seeds": seeds, "bf16": bf16, "compile": compile} for seeds in seed_groups]
+    kws = [{"d": d, "device": device, "seeds": seeds, "bf16": bf16, "compile": compile, "cuda_graphs": cuda_graphs}
+           for seeds in seed_groups]
     if in_processes(n_workers, device, compile):  # worker j trains groups j, j + n, ... each step
         n = min(n_workers, len(kws))
         return side_by_side(_groups_step, [{"kws": kws[j::n]} for j in range(n)], warmup, steps), k
@@ -377,6 +384,10 @@ def plan(args):
             out.append(("single-bf16", d, bench_single, {"nosync": True, "bf16": True}, s))
             if not args.no_compile:
                 out.append(("single-bf16-compile", d, bench_single, {"nosync": True, "bf16": True, "compile": True}, s))
+        if args.device == "cuda" and not args.no_compile:  # CUDA graphs: GPU only
+            out.append(("single-cudagraphs", d, bench_single, {"nosync": True, "cuda_graphs": True}, s))
+            if args.bf16:
+                out.append(("single-bf16-cudagraphs", d, bench_single, {"nosync": True, "bf16": True, "cuda_graphs": True}, s))
         for k in args.ks:
             if args.device == "cpu" and k * d > args.cpu_max_kd:
                 continue  # too slow / large for the shared CPU
@@ -388,6 +399,8 @@ def plan(args):
                 out.append((f"ensemble-{k}-compile", d, bench_ensemble, {"k": k, "compile": True}, ks))
                 if args.bf16:
                     out.append((f"ensemble-{k}-bf16-compile", d, bench_ensemble, {"k": k, "bf16": True, "compile": True}, ks))
+                if args.device == "cuda":
+                    out.append((f"ensemble-{k}-cudagraphs", d, bench_ensemble, {"k": k, "cuda_graphs": True}, ks))
     return out
 
 
@@ -465,7 +478,16 @@ def main(argv=None):
             rate = measure(name, d, fn, kw, steps, r)
             if base and rate:
                 paired.setdefault((name, d), []).append(rate / base)
-    rows = list(best.values())
+        if not args.no_write:  # after every round: a run cut short (a GPU lease ending) keeps what it measured
+            write(best, paired, device, load_seen, args, bounds, argv, rounds_done=r + 1)
+    if args.no_write:
+        print(report(finish(best, paired), device, load_seen, args, bounds))
+    return 0
+
+
+def finish(best: dict, paired: dict) -> list[dict]:
+    """The result rows: best rounds with their ratios to the baselines and the sweep projection."""
+    rows = [dict(r) for r in best.values()]
     for row in rows:
         key = (row["config"], row["d_model"])
         naive = best.get(("naive", row["d_model"]))
@@ -476,23 +498,31 @@ def main(argv=None):
         ours = best.get(("single-parallel-bf16" if "bf16" in row["config"] else "single-parallel", row["d_model"]))
         row["x_single_parallel"] = round(row["puzzles_per_s"] / ours["puzzles_per_s"], 2) if ours else ""
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
-    text = report(rows, device, load_seen, args, bounds)
-    print(text)
-    if not args.no_write:
-        suffix = "" if device.type == "cpu" else f"_{device.type}"
-        cmd = "python analyses/benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        header = ["# Training throughput: naive loop vs our trainer vs the batched ensemble", "",
-                  f"Written by `{cmd.strip()}` (raw numbers: `train{suffix}.csv`). Each configuration runs a fixed "
-                  "number of optimizer steps (batch 128) after warm-up, interleaved over rounds, each right after a window "
-                  "of the naive loop; `puzzles/s` is its best round. `x naive` and `x naive-parallel` divide best "
-                  "rounds by best rounds (conservative: the baselines at their fastest); `x naive (paired)` is the "
-                  "median over rounds of the rate over the naive window just before it (robust to slow drift). On this "
-                  "VM, processes whose torch ops span both cores (naive, single) switch between a fast and a ~30% "
-                  "slower mode from one window to the next; one-thread workers (naive-parallel, ensembles) do not. "
-                  "`sweep_hours` projects the full paper sweep (300 runs x 4,000 epochs x 8,100 puzzles, training "
-                  "only) at the best measured aggregate rate.", ""]
-        write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
-    return 0
+    return rows
+
+
+def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> None:
+    """Write train.csv / train.md (train_cuda.* on a GPU) from the rounds measured so far."""
+    final = rounds_done == args.rounds
+    rows = finish(best, paired)
+    text = report(rows, device, loads, args, bounds)
+    if final:
+        print(text)
+    suffix = "" if device.type == "cpu" else f"_{device.type}"
+    cmd = command_line("bench_train.py", argv)
+    header = ["# Training throughput: naive loop vs our trainer vs the batched ensemble", "",
+              f"Written by `{cmd.strip()}` (raw numbers: `train{suffix}.csv`). Each configuration runs a fixed "
+              "number of optimizer steps (batch 128) after warm-up, interleaved over rounds, each right after a window "
+              "of the naive loop; `puzzles/s` is its best round. `x naive` and `x naive-parallel` divide best "
+              "rounds by best rounds (conservative: the baselines at their fastest); `x naive (paired)` is the "
+              "median over rounds of the rate over the naive window just before it (robust to slow drift). On this "
+              "VM, processes whose torch ops span both cores (naive, single) switch between a fast and a ~30% "
+              "slower mode from one window to the next; one-thread workers (naive-parallel, ensembles) do not. "
+              "`sweep_hours` projects the full paper sweep (300 runs x 4,000 epochs x 8,100 puzzles, training "
+              "only) at the best measured aggregate rate.", ""]
+    if not final:
+        header += [f"**Partial: {rounds_done} of {args.rounds} rounds; the run had not finished when this was written.**", ""]
+    write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
 
 
 def report(rows, device, loads, args, bounds) -> str:

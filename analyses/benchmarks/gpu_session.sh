@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One prepared GPU check for issue 7, sized for a 15-minute GPU lease (about 8 minutes of work):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
-#   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, ensemble == solo, bf16 / compile runs);
+#   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, ensemble == solo, bf16 / compile /
+#      CUDA-graph runs);
 #   3. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, ensembles up to
-#      K = 300 (the paper sweep's size), bf16 variants and the compiled single-model trainer, with the
-#      projected wall time of the full paper sweep.
+#      K = 300 (the paper sweep's size), bf16 variants and the single-model trainer compiled and with CUDA
+#      graphs, with the projected wall time of the full paper sweep (rewritten after every round, so a
+#      timeout keeps the rounds already measured).
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
 # With the device tool: run(command="bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=560).
@@ -22,9 +24,9 @@ else
 fi
 { date; nvidia-smi 2>&1 || true; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$OUT_DIR/machine.txt" 2>&1
-timeout 180 "$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$OUT_DIR/cuda_tests.log"
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$OUT_DIR/cuda_tests.log"
 tests=$?
-timeout 330 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
+timeout 300 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
 bench=$?
 echo "cuda tests exit $tests, benchmark exit $bench" | tee -a "$OUT_DIR/machine.txt"
 [ "$tests" = 0 ] && [ "$bench" = 0 ]

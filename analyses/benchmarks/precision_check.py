@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import write_results  # noqa: E402
+from bench_io import command_line, write_results  # noqa: E402
 
 from pe_probe.api import analyze_source  # noqa: E402
 from trainers.cli import _parse_list  # noqa: E402
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rows: list[dict], variants: list[str], epochs: int, argv: list[str] | None) -> str:
-    cmd = "python analyses/benchmarks/precision_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = command_line("precision_check.py", argv)
     lines = ["# Does the arithmetic change the outcome? fp32 vs fp32 (other summation order) vs bf16", "",
              f"Written by `{cmd.strip()}` (raw numbers: `precision.csv`). Quick preset ({epochs} epochs, d_model 64, "
              "learned PE at every layer). Each row is one (seed, sigma) trained three ways that differ only in "

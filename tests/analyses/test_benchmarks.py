@@ -30,6 +30,30 @@ def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     assert "Arithmetic bound" in text and "| 16 |" in text and "Targets (issue 7" in text
 
 
+def test_bench_train_writes_its_report_after_every_round_so_a_cut_short_run_keeps_its_numbers(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = bench_train.bench_single
+
+    def single_then_cut(*a, **k):  # the lease ends during the second round
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(bench_train, "bench_single", single_then_cut)
+    argv = ["--d-models", "16", "--ks", "2", "--steps", "2", "--warmup", "1", "--rounds", "2", "--threads", "1",
+            "--no-bf16", "--no-compile", "--out", str(tmp_path)]
+    monkeypatch.setattr(bench_train, "plan", lambda args: [c for c in real_plan(args) if "parallel" not in c[0]])
+    with pytest.raises(KeyboardInterrupt):
+        bench_train.main(argv)
+    text = (tmp_path / "train.md").read_text()
+    assert "Partial: 1 of 2 rounds" in text and "| 16 | single |" in text
+    assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} >= {"naive", "single", "ensemble-2"}
+
+
+real_plan = bench_train.plan
+
+
 def test_our_model_needs_fewer_flops_per_puzzle_than_the_naive_loop():
     """Readout-only last layer: at 4 layers about a fifth fewer training FLOPs than the full model."""
     dev = torch.device("cpu")

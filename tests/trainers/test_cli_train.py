@@ -172,6 +172,14 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused_and_writes_nothing(tmp_pat
     assert not (tmp_path / "ens").exists() or not any((tmp_path / "ens").rglob("*.pt"))
 
 
+def test_cuda_graphs_off_a_gpu_is_refused_and_writes_nothing(tmp_path):
+    for argv in (["--out", str(tmp_path / "run")], ["--out", str(tmp_path / "ens"), "--ensemble-seeds", "0,1"]):
+        with pytest.raises(InputError, match="--cuda-graphs needs a CUDA device") as e:
+            train_main(["lst", "--cuda-graphs", "--device", "cpu", *argv, *TINY])
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ens").exists()
+
+
 @pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
 def test_bf16_on_the_cpu_trains_close_to_float32(tmp_path):
     """bf16 autocast is a speed option: the same run, with the linear layers' products rounded to bf16."""

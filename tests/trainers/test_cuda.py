@@ -2,7 +2,7 @@
 
 Run on a lent GPU by ``analyses/benchmarks/gpu_session.sh``; they check what the CPU tests cannot:
 the fused attention kernel on the GPU, the ensemble (one batch of K on a GPU) against solo training there,
-and the GPU speed options (bf16 autocast, torch.compile) end to end.
+and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs) end to end.
 """
 
 import json
@@ -36,13 +36,14 @@ def test_ensemble_matches_solo_training_on_the_gpu(tmp_path):
         assert_same_run(tmp_path / "solo" / str(i), tmp_path / "ens" / str(i))
 
 
-@pytest.mark.parametrize("compile,bf16", [(True, False), (False, True), (True, True)])
-def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16):
+@pytest.mark.parametrize("compile,bf16,graphs", [(True, False, False), (False, True, False), (True, True, False),
+                                                 (False, False, True), (False, True, True)])
+def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
     cfg = tiny(device="cuda")
-    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16)
+    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
     assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["ood_acc"] <= 1
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["epoch"] == cfg.optim.epochs
     ens = train_ensemble([tiny(seed=s, device="cuda") for s in (0, 1)], [tmp_path / "e0", tmp_path / "e1"],
-                         log=quiet, compile=compile, amp=bf16)
+                         log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs)
     assert all(math.isfinite(m["train_loss"]) for m in ens)
