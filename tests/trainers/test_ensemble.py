@@ -266,6 +266,42 @@ def test_a_failing_worker_process_stops_the_others_and_the_error_surfaces():
     assert time.time() - t < 25  # the waiting worker saw the stop event instead of running out its 30 s
 
 
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="reads process states from /proc (Linux)")
+def test_ctrl_c_stops_the_worker_processes_at_once_and_leaves_none_behind(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group: parent and workers leave within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    script = tmp_path / "jobs.py"
+    script.write_text(
+        f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parents[1])!r}]\n"
+        "from test_ensemble import _square_or_fail\n"
+        "from trainers.ensemble import _run_jobs\n"
+        "if __name__ == '__main__':\n"
+        "    print(_run_jobs(['wait', 'wait'], 2, _square_or_fail, processes=True), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(8)  # workers started and waiting (their jobs would run 30 s)
+    t = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert time.time() - t < 15 and proc.returncode != 0 and "KeyboardInterrupt" in err and "never stopped" not in out
+    time.sleep(1)
+    states = []  # (state) of every process in that group, from /proc/PID/stat: "pid (comm) state ppid pgrp ..."
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == proc.pid:
+            states.append(fields[0])
+    assert all(st == "Z" for st in states), states  # nothing of it still runs (zombies wait for init to reap them)
+
+
 @pytest.mark.slow
 def test_compiled_groups_in_worker_processes_match_eager_serial_runs(tmp_path):
     """--compile on the CPU: groups trained in two spawned processes give the eager runs (up to reordering)."""
