@@ -377,3 +377,23 @@ def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
     for k, m in enumerate(models):
         for name, p in m.named_parameters():
             torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_the_cuda_graph_code_path_trains_like_eager_when_run_on_the_cpu(tmp_path, monkeypatch):
+    """--cuda-graphs is GPU only, but its code path (torch.compile mode reduce-overhead, a CUDA-graph step mark
+    before every step) also runs on the CPU, where the mode has no graphs to record: with the GPU check
+    bypassed it must train the same runs as eager (up to compiled float reordering), solo and ensemble."""
+    import trainers.ensemble as ens
+    import trainers.train as tr
+
+    monkeypatch.setattr(tr, "check_cuda_graphs", lambda device, graphs: None)
+    monkeypatch.setattr(ens, "check_cuda_graphs", lambda device, graphs: None)
+    cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1)]
+    train(cfgs[0], tmp_path / "solo-eager", log=quiet)
+    train(cfgs[0], tmp_path / "solo-graphs", log=quiet, cuda_graphs=True)
+    assert_same_run(tmp_path / "solo-eager", tmp_path / "solo-graphs")
+    train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(2)], log=quiet, workers=1, cuda_graphs=True)
+    assert_same_run(tmp_path / "solo-eager", tmp_path / "ens" / "0")
+    prov = [json.loads(s) for s in (tmp_path / "ens" / "1" / "provenance.jsonl").read_text().splitlines()]
+    assert prov[-1]["cuda_graphs"] is True and prov[-1]["compile"] is True
