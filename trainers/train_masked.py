@@ -166,7 +166,9 @@ def train_masked(
         masks = random_masks(n_train, n_tok, ratio, g).to(device)  # fresh masks every epoch
         torch.manual_seed(epoch_seed(cfg.seed, epoch))
         model.train()
-        loss_sum, seen = 0.0, 0
+        # the running loss stays on the device (no host synchronisation inside the step loop), summed in
+        # float64 exactly as a Python float would sum it
+        loss_sum, seen = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
             x, m = train_x[idx], masks[idx]
@@ -175,14 +177,15 @@ def train_masked(
             loss.backward()
             optimizer.step()
             step += 1
-            loss_sum += loss.item() * len(idx)
+            loss_sum += loss.detach().double() * len(idx)
             seen += len(idx)
-        bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+        if not bar.disable:  # one synchronisation per epoch, only when a progress bar is shown
+            bar.set_postfix(loss=f"{loss_sum.item() / seen:.4f}")
 
         done = epoch + 1
         last = done == epochs
         if done % cfg.eval_every == 0 or last:
-            metrics = {"train_loss": loss_sum / seen, **all_metrics(model, splits)}
+            metrics = {"train_loss": loss_sum.item() / seen, **all_metrics(model, splits)}
             msg = (f"epoch {done}/{epochs} step {step}: train_mse {metrics['train_mse']:.4f} "
                    f"test_mse {metrics['test_mse']:.4f} ood_mse {metrics['ood_mse']:.4f} "
                    f"(zero: {metrics['ood_mse_zero']:.4f})")
