@@ -10,6 +10,8 @@ launches one training process per core.
 from __future__ import annotations
 
 import multiprocessing
+import queue
+import threading
 import time
 from typing import Any, Callable
 
@@ -34,7 +36,10 @@ def side_by_side(build: Callable[..., Callable[[int], Any]], kwargs_list: list[d
         return time.perf_counter() - t
     except Exception as e:  # a worker failed (it broke the barrier) or timed out
         barrier.abort()
-        detail = errors.get(timeout=5) if not errors.empty() else f"{type(e).__name__}"
+        try:  # the failing worker's message (a queue's put lands asynchronously: wait for it)
+            detail = errors.get(timeout=10)
+        except queue.Empty:
+            detail = type(e).__name__
         raise RuntimeError(f"side-by-side worker failed: {detail}") from None
     finally:
         for p in procs:
@@ -56,6 +61,8 @@ def _worker(build: Callable[..., Callable[[int], Any]], kwargs: dict[str, Any], 
         for i in range(steps):
             step(warmup + i)
         barrier.wait(BARRIER_TIMEOUT_S)
+    except threading.BrokenBarrierError:  # another worker failed (its message is the one to report) or time ran out
+        return
     except Exception as e:
         errors.put(f"{type(e).__name__}: {e}".splitlines()[0])
         barrier.abort()
