@@ -31,7 +31,7 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_analyze.py
 
-# training throughput (~15 min on 2 cores), attention kernels (~30 s) and the arithmetic check (~12 min); all rewrite reports/benchmarks/
+# training throughput (~15-20 min on 2 cores), attention kernels (~30 s) and the arithmetic check (~12 min); all rewrite reports/benchmarks/
 bench-train: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_train.py --rounds 3
 	$(BIN)/python analyses/benchmarks/bench_attention.py
