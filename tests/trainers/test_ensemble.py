@@ -379,6 +379,49 @@ def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
             torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_members_sharing_lr_and_weight_decay_take_one_fused_call_on_the_stack(whole, monkeypatch):
+    """All members with one (lr, wd): on a GPU the fused kernel runs on the stacked tensors whole (forced here
+    on the CPU), which must give what it gives on each member's slices (the kernel is elementwise; the CPU's
+    vectorised loop rounds a few second-moment entries differently in the last bit). On the CPU by default
+    it takes the slices: exactly the per-member arithmetic."""
+    import trainers.ensemble as ens
+    from trainers.ensemble import BETAS, EPS, Stack, StackedOptimizer
+
+    monkeypatch.setattr(ens, "WHOLE_STACK_DEVICES", ("cuda", "cpu") if whole else ("cuda",))
+
+    models = []
+    for s in range(4):
+        torch.manual_seed(s)
+        models.append(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)))
+    cfgs = [tiny(seed=s) for s in range(4)]
+    opt = StackedOptimizer(Stack.of(models), cfgs, torch.device("cpu"))
+    (lr, wd), = opt.by_hyper  # one group: every member
+    ref = {n: p.detach().clone() for n, p in opt.stack.params.items()}  # the same step on member slices
+    ref_m1 = {n: torch.zeros_like(p) for n, p in ref.items()}
+    ref_m2 = {n: torch.zeros_like(p) for n, p in ref.items()}
+    calls, real = [], torch._fused_adamw_
+    g = torch.Generator().manual_seed(0)
+    try:
+        torch._fused_adamw_ = lambda ps, *a, **k: (calls.append(len(ps)), real(ps, *a, **k))
+        for t in range(1, 6):
+            grads = {name: torch.randn(p.shape, generator=g) for name, p in opt.stack.params.items()}
+            opt.step(grads)
+            ps = [ref[n][k] for n in ref for k in range(4)]
+            real(ps, [grads[n][k] for n in ref for k in range(4)], [ref_m1[n][k] for n in ref for k in range(4)],
+                 [ref_m2[n][k] for n in ref for k in range(4)], [], [torch.tensor(float(t))] * len(ps), lr=lr,
+                 beta1=BETAS[0], beta2=BETAS[1], weight_decay=wd, eps=EPS, amsgrad=False, maximize=False)
+    finally:
+        torch._fused_adamw_ = real
+    assert calls == [len(ref) * (1 if whole else 4)] * 5  # one tensor per parameter, or per member and parameter
+    for name, p in opt.stack.params.items():
+        if whole:
+            torch.testing.assert_close(p, ref[name], rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(opt.state[name]["exp_avg_sq"], ref_m2[name], rtol=1e-6, atol=0)
+        else:
+            assert torch.equal(p, ref[name]) and torch.equal(opt.state[name]["exp_avg_sq"], ref_m2[name])
+
+
 @pytest.mark.slow
 def test_the_cuda_graph_code_path_trains_like_eager_when_run_on_the_cpu(tmp_path, monkeypatch):
     """--cuda-graphs is GPU only, but its code path (torch.compile mode reduce-overhead, a CUDA-graph step mark
