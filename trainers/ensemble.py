@@ -242,6 +242,7 @@ class StackedOptimizer:
         self.wd = torch.tensor([c.optim.weight_decay for c in cfgs], dtype=torch.float32, device=device)
         self.momentum = torch.tensor([c.optim.momentum for c in cfgs], dtype=torch.float32, device=device)
         self.t = 0  # optimizer steps taken (same for every member of a group)
+        self._step = torch.zeros((), device=device)  # self.t on the device, for the fused kernel
         self.fused = fused_adamw_supported(stack.params.values())  # where `make_optimizer` uses it too
         # members by (lr, weight decay): the fused kernel takes one pair per call. Grouped once here (not
         # from the device tensors each step, a host sync on a GPU), with the values rounded to float32 as
@@ -297,7 +298,9 @@ class StackedOptimizer:
         differently (the last bit of Adam's second moment) when the slices are joined, so the CPU keeps
         the slices, which reproduce solo runs exactly, at small K where building them costs little.
         """
-        step = torch.tensor(float(self.t), device=self.lr.device)  # read, not advanced, by the kernel
+        # read, not advanced, by the kernel; filled in place: a new tensor from a Python number each step
+        # would be a host-to-device copy, which on a GPU waits for the queued work
+        step = self._step.fill_(float(self.t))
         K = next(iter(self.stack.params.values())).shape[0]
         whole = self.lr.device.type in WHOLE_STACK_DEVICES
         for (lr, wd), ks in self.by_hyper.items():

@@ -47,3 +47,37 @@ def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, grap
     ens = train_ensemble([tiny(seed=s, device="cuda") for s in (0, 1)], [tmp_path / "e0", tmp_path / "e1"],
                          log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs)
     assert all(math.isfinite(m["train_loss"]) for m in ens)
+
+
+def test_training_steps_never_wait_for_the_gpu():
+    """The solo and ensemble training steps queue their work without a host synchronisation (which would
+    leave the GPU idle while Python prepares the next step): torch's sync debug mode raises on any."""
+    import torch.nn.functional as F
+
+    from pe_probe.groundtruth import grid
+    from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
+    from trainers.model import PETransformer
+    from trainers.train import make_optimizer
+
+    cfgs = [tiny(seed=s, device="cuda") for s in range(3)]
+    coords = torch.as_tensor(grid(4, 4).coords)
+    models = [PETransformer(c.model, c.pe, coords).cuda() for c in cfgs]
+    x = torch.nn.functional.one_hot(torch.randint(0, 6, (3, 32, 16)), 6)[..., 1:].float().cuda()
+    y = torch.randint(0, 4, (3, 32)).cuda()
+    solo, solo_opt = models[0], make_optimizer(models[0], cfgs[0])
+    stack = Stack.of(models)
+    opt, base, params = StackedOptimizer(stack, cfgs, torch.device("cuda")), template_model(models[0]), list(stack.params.values())
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            loss = F.cross_entropy(solo(x[0]).float(), y[0])
+            solo_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            solo_opt.step()
+            losses = F.cross_entropy(ensemble_forward(base, stack, x).float().transpose(1, 2), y, reduction="none").mean(1)
+            grads = torch.autograd.grad(losses.sum(), params)
+            opt.step(dict(zip(stack.params, grads)))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
