@@ -6,7 +6,8 @@ softmax(q k^T / sqrt(hs) + bias), averaged over heads and puzzles. The weights a
 model's own attention code path: while the model runs, the name ``attend`` inside `trainers.model`
 points to a wrapper that also records the weights `trainers.model.attention_weights` computes from the
 q, k and mask it is given (so RoPE rotations and relative-PE biases are included exactly as the model
-applies them). Nothing in `trainers.model` changes; the model's outputs are those of the real function. The swap is undone on exit and is not thread-safe.
+applies them). Nothing in `trainers.model` changes; the model's outputs are those of the real function.
+The swap is undone on exit and is not thread-safe.
 
 With a CLS readout the sequence holds 1 + N tokens; the maps returned cover the N grid tokens only
 (CLS row and column dropped, rows renormalised to sum to 1 for each puzzle and head before

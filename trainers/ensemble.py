@@ -228,6 +228,19 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
     return _linear(out, P["head.weight"], P["head.bias"])  # (K, B, n_classes)
 
 
+def group_loss(base: PETransformer, buffers: dict[str, Tensor], autocast: Any = None) -> Callable[..., Tensor]:
+    """The batched training loss of a group, (params, xb (K, b, N, n_in), yb (K, b)) -> (K,): each
+    member's mean cross-entropy on its own batch (under ``autocast`` if given). The function a training
+    step compiles (made once, with the autocast context outside it: creating that context inside a
+    compiled function breaks its graph)."""
+    def loss_fn(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
+        with autocast or nullcontext():
+            logits = ensemble_forward(base, Stack(params, buffers), xb).float()  # (K, b, C)
+        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)  # (K,)
+
+    return loss_fn
+
+
 # ----------------------------------------------------------------------------------------------
 # Optimisers on stacked tensors (torch's fused AdamW kernel on member slices, or the maths of torch.optim.AdamW / SGD)
 
@@ -301,13 +314,13 @@ class StackedOptimizer:
         # read, not advanced, by the kernel; filled in place: a new tensor from a Python number each step
         # would be a host-to-device copy, which on a GPU waits for the queued work
         step = self._step.fill_(float(self.t))
-        K = next(iter(self.stack.params.values())).shape[0]
-        whole = self.lr.device.type in WHOLE_STACK_DEVICES
         for (lr, wd), ks in self.by_hyper.items():
+            # every member shares (lr, wd), on a device where that pays: the stacked tensors themselves
+            whole = len(ks) == len(self.lr) and self.lr.device.type in WHOLE_STACK_DEVICES
             ps, gs, m1, m2 = [], [], [], []
             for name, p in self.stack.params.items():
                 st, g = self._adam_state(name), grads[name].contiguous()
-                if whole and len(ks) == K:  # every member: the stacked tensors themselves
+                if whole:
                     ps.append(p), gs.append(g), m1.append(st["exp_avg"]), m2.append(st["exp_avg_sq"])
                     continue
                 for k in ks:
@@ -613,12 +626,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                        torch_threads=torch.get_num_threads(), bf16=amp, compile=compile or cuda_graphs,
                        cuda_graphs=cuda_graphs)
 
-    def loss_fn(params: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
-        with autocast or nullcontext():
-            logits = ensemble_forward(base, Stack(params, stack.buffers), xb).float()  # (K, b, C)
-        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)  # (K,)
-
-    step_loss, mark_step = compiled_step(loss_fn, device, compile, cuda_graphs)
+    step_loss, mark_step = compiled_step(group_loss(base, stack.buffers, autocast), device, compile, cuda_graphs)
 
     def checkpoint(epoch: int) -> None:
         now = time.time() - t0

@@ -213,7 +213,7 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **
 
 def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
     """One step function of a batched group of members (the step of `trainers.ensemble._train_group`)."""
-    from trainers.ensemble import Stack, StackedOptimizer, ensemble_forward, template_model
+    from trainers.ensemble import Stack, StackedOptimizer, group_loss, template_model
     from trainers.evaluate import bf16_autocast
     from trainers.train import compiled_step
 
@@ -224,15 +224,8 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
     base = template_model(group[0][0])
     perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
     params = list(stack.params.values())
-    autocast = bf16_autocast(device, bf16)  # made once, outside the compiled function, as the trainer does
     del group
-
-    def loss_fn(p, xb, yb):
-        with autocast:
-            logits = ensemble_forward(base, Stack(p, stack.buffers), xb).float()
-        return F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").mean(1)
-
-    fn, mark_step = compiled_step(loss_fn, device, compile, cuda_graphs)
+    fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs)
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
@@ -490,13 +483,15 @@ def finish(best: dict, paired: dict) -> list[dict]:
     rows = [dict(r) for r in best.values()]
     for row in rows:
         key = (row["config"], row["d_model"])
-        naive = best.get(("naive", row["d_model"]))
-        row["x_naive"] = round(row["puzzles_per_s"] / naive["puzzles_per_s"], 2) if naive else ""
+
+        def ratio(baseline: str):  # this row's best round over the baseline's best round at the same width
+            b = best.get((baseline, row["d_model"]))
+            return round(row["puzzles_per_s"] / b["puzzles_per_s"], 2) if b else ""
+
+        row["x_naive"] = ratio("naive")
         row["x_naive_paired"] = 1.0 if row["config"] == "naive" else (round(statistics.median(paired[key]), 2) if key in paired else "")
-        par = best.get(("naive-parallel", row["d_model"]))
-        row["x_naive_parallel"] = round(row["puzzles_per_s"] / par["puzzles_per_s"], 2) if par else ""
-        ours = best.get(("single-parallel-bf16" if "bf16" in row["config"] else "single-parallel", row["d_model"]))
-        row["x_single_parallel"] = round(row["puzzles_per_s"] / ours["puzzles_per_s"], 2) if ours else ""
+        row["x_naive_parallel"] = ratio("naive-parallel")
+        row["x_single_parallel"] = ratio("single-parallel-bf16" if "bf16" in row["config"] else "single-parallel")
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
     return rows
 
