@@ -52,6 +52,18 @@ further groups. Results equal training each run alone (dropout 0).
 """
 
 
+def _speed_flags(g, applies_to: str) -> None:
+    """--compile, --cuda-graphs, --bf16: the trainers' speed options (`trainers.train.speed_setup`)."""
+    g.add_argument("--compile", action="store_true", help=f"torch.compile the training step ({applies_to}; "
+                   "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
+    g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
+                   "mode reduce-overhead): each step replays as one graph launch instead of hundreds of small kernel "
+                   "launches, which dominate a small model's step on a GPU; not measured yet (no GPU here); off by default")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
+                   "native bf16 (AVX512-BF16/AMX; LayerNorm, softmax, the loss and the optimizer stay float32; "
+                   "evaluation runs in float32); off by default")
+
+
 def train_parser() -> argparse.ArgumentParser:
     from trainers.config import PRESETS, TASKS
     from trainers.pe import INITS, PE_KINDS
@@ -101,14 +113,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--ensemble-workers", type=int, default=None, metavar="N",
                    help="CPU only: train N batched groups side by side, one core each: threads, or with --compile "
                         "one spawned process each (default: one per core; 1 with dropout > 0 unless --compile)")
-    g.add_argument("--compile", action="store_true", help="torch.compile the training step (single runs and ensembles; "
-                   "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
-    g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
-                   "mode reduce-overhead): each step replays as one graph launch instead of hundreds of small kernel "
-                   "launches, which dominate a small model's step on a GPU; not measured yet (no GPU here); off by default")
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
-                   "native bf16 (AVX512-BF16/AMX; ~1.3-1.8x faster there; LayerNorm, softmax and the optimizer stay float32); "
-                   "off by default")
+    _speed_flags(p.add_argument_group("speed (not part of the run's config: a run resumes with or without them)"),
+                 "single runs and ensembles")
 
     g = p.add_argument_group("data")
     g.add_argument("--n-per-level", type=int, default=None, help="generated puzzles per difficulty level (default: 3000)")
@@ -192,6 +198,8 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int, default=None, help="epochs")
     g.add_argument("--eval-every", type=int, default=None, help="evaluate every N epochs and at the end")
     g.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N epochs and at the end")
+    _speed_flags(p.add_argument_group("speed (not part of the run's config: a run resumes with or without them)"),
+                 "the model's forward and backward")
     g = p.add_argument_group("data (both tasks)")
     g.add_argument("--window", type=int, default=None, help="values per token (netsim 16 samples, brain 20 TRs)")
     g.add_argument("--mask-train", type=float, default=None, help="share of tokens masked in training (0.5)")
@@ -244,7 +252,7 @@ def masked_train_main(argv: list[str], task: str) -> int:
         overrides.update({"data.stride": args.stride, "data.test_subjects": args.test_subjects,
                           "data.n_test_subjects": args.n_test_subjects})
     cfg = make_masked_config(task, args.preset, overrides)
-    m = train_masked(cfg, args.out, force=args.force)
+    m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
     print(f"{args.out}: train_mse {m.get('train_mse', float('nan')):.4f}  test_mse {m.get('test_mse', float('nan')):.4f}"
           f"  ood_mse {m.get('ood_mse', float('nan')):.4f} (predicting zero: {m.get('ood_mse_zero', float('nan')):.4f})"
           f"  (checkpoint: {Path(args.out) / 'last.pt'})")

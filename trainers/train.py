@@ -98,6 +98,20 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
     return (torch.compile(fn) if compile else fn), lambda: None
 
 
+def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool = False, bf16: bool = False,
+                cuda_graphs: bool = False) -> tuple[Callable, Callable[[], None], Any, dict[str, bool]]:
+    """The speed options of a single-model trainer (LST and masked tasks alike), checked before anything
+    is written: (the model as the training step calls it, what to call before each step, the autocast
+    context to step under, the settings to record in ``provenance.jsonl``).
+
+    The stepping model shares its parameters with ``model``; evaluation keeps using ``model`` (eager,
+    float32), so metrics are comparable across speed options.
+    """
+    autocast = bf16_autocast(device, bf16)  # an InputError here where bf16 is unsupported
+    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)
+    return step_model, mark_step, autocast, {"bf16": bf16, "compile": compile or cuda_graphs, "cuda_graphs": cuda_graphs}
+
+
 def fused_adamw_supported(params: Iterable[torch.Tensor]) -> bool:
     """Whether torch's fused AdamW kernel takes these tensors (float32 on CPU or CUDA)."""
     return all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
@@ -257,8 +271,8 @@ def train(
     seed_everything(cfg.seed)
     model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)).to(device)
     optimizer = make_optimizer(model, cfg)
-    bf16_autocast(device, bf16)  # fails here (before the run folder is touched) where bf16 is unsupported
-    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)  # shares parameters with `model`
+    # speed options fail here, before the run folder is touched, where unsupported
+    step_model, mark_step, autocast, speed = speed_setup(model, device, compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
 
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
@@ -274,8 +288,7 @@ def train(
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
     record_session(out, trainer="single", device=str(device), start_epoch=start_epoch,
-                   torch_threads=torch.get_num_threads(), bf16=bf16, compile=compile or cuda_graphs,
-                   cuda_graphs=cuda_graphs)
+                   torch_threads=torch.get_num_threads(), **speed)
 
     def checkpoint(epoch: int) -> None:
         save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,
@@ -298,7 +311,7 @@ def train(
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
             mark_step()
-            with bf16_autocast(device, bf16):
+            with autocast:
                 logits = step_model(train_split.x[idx])
                 loss = F.cross_entropy(logits.float(), train_split.y[idx])
             optimizer.zero_grad(set_to_none=True)

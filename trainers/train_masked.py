@@ -28,7 +28,7 @@ from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
 from trainers.train import (epoch_seed, make_optimizer, prepare_run_dir, record_evaluation, restore_run,
-                            save_run_checkpoint, seed_everything)
+                            save_run_checkpoint, seed_everything, speed_setup)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
 
@@ -115,14 +115,38 @@ def all_metrics(model: torch.nn.Module, splits: dict[str, MaskedSplit]) -> dict[
     return out
 
 
+def masked_step(step_model: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor,
+                autocast: Any, mark_step: Callable[[], None]) -> torch.Tensor:
+    """One optimizer step on the MSE of the masked tokens; returns the (detached) loss, left on the device.
+
+    ``step_model``, ``autocast`` and ``mark_step`` come from `trainers.train.speed_setup`; the loss is taken
+    in float32 whatever the autocast.
+    """
+    mark_step()
+    with autocast:
+        loss = masked_mse(step_model(masked_input(x, mask)).float(), x, mask)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 def train_masked(
     cfg: MaskedTrainConfig,
     out_dir: str | os.PathLike,
     *,
     force: bool = False,
     log: Callable[[str], None] | None = None,
+    compile: bool = False,
+    bf16: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[str, float]:
-    """Train (or resume, or report a finished run) and return the last evaluation's metrics."""
+    """Train (or resume, or report a finished run) and return the last evaluation's metrics.
+
+    ``compile``, ``bf16`` and ``cuda_graphs`` are the speed options of `trainers.train.train` (see
+    `trainers.train.speed_setup`): not part of the config, so a run resumes with or without them; the loss
+    is taken in float32 and evaluation runs the float32 eager model.
+    """
     from tqdm.auto import tqdm
 
     from trainers.evaluate import resolve_device
@@ -139,6 +163,8 @@ def train_masked(
     seed_everything(cfg.seed)
     model = build_model(cfg, gt.coords, window).to(device)
     optimizer = make_optimizer(model, cfg)
+    # speed options fail here, before the run folder is touched, where unsupported
+    step_model, mark_step, autocast, speed = speed_setup(model, device, compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
 
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
@@ -150,7 +176,8 @@ def train_masked(
     n_train, n_tok = train_x.shape[0], train_x.shape[1]
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
-    record_session(out, trainer="masked", device=str(device), start_epoch=start_epoch, torch_threads=torch.get_num_threads())
+    record_session(out, trainer="masked", device=str(device), start_epoch=start_epoch, torch_threads=torch.get_num_threads(),
+                   **speed)
 
     def checkpoint(epoch: int) -> None:
         save_run_checkpoint(out, model, optimizer, cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics,
@@ -171,13 +198,9 @@ def train_masked(
         loss_sum, seen = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            x, m = train_x[idx], masks[idx]
-            loss = masked_mse(model(masked_input(x, m)), x, m)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            loss = masked_step(step_model, optimizer, train_x[idx], masks[idx], autocast, mark_step)
             step += 1
-            loss_sum += loss.detach().double() * len(idx)
+            loss_sum += loss.double() * len(idx)
             seen += len(idx)
         if not bar.disable:  # one synchronisation per epoch, only when a progress bar is shown
             bar.set_postfix(loss=f"{loss_sum.item() / seen:.4f}")

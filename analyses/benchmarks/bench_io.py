@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import platform
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -27,3 +29,29 @@ def write_results(out_dir: str | Path, stem: str, rows: Sequence[dict], markdown
     md = out / f"{stem}.md"
     md.write_text(markdown)
     return md
+
+
+def machine(device) -> str:
+    """CPU model, core count, torch version and threads (and the GPU on CUDA): the report's machine line."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    s = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
+    if device.type == "cuda":
+        s += f", GPU {torch.cuda.get_device_name(0)}"
+    return s
+
+
+def load() -> float:
+    """The 1-minute load average (other work on the machine lowers the measured rates)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")

@@ -49,8 +49,6 @@ markdown table that reports/benchmarks/train.md quotes.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -62,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, write_results  # noqa: E402
+from bench_io import command_line, load, machine, write_results  # noqa: E402
 from side_by_side import side_by_side  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -334,28 +332,6 @@ def arithmetic_bound(d, device) -> dict:
     if device.type == "cuda" or cpu_has_bf16():
         out["gemm_bf16"] = gemm_rate(d, device, torch.bfloat16)
     return out
-
-
-def machine(device) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    s = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
-    if device.type == "cuda":
-        s += f", GPU {torch.cuda.get_device_name(0)}"
-    return s
-
-
-def load() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def plan(args):

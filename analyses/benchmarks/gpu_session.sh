@@ -2,11 +2,13 @@
 # One prepared GPU check for issue 7, sized for a 15-minute GPU lease (about 8 minutes of work):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, ensemble == solo, bf16 / compile /
-#      CUDA-graph runs);
+#      CUDA-graph runs of the LST and masked trainers);
 #   3. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, ensembles up to
 #      K = 300 (the paper sweep's size), bf16 variants and the single-model trainer compiled and with CUDA
 #      graphs, with the projected wall time of the full paper sweep (rewritten after every round, so a
-#      timeout keeps the rounds already measured).
+#      timeout keeps the rounds already measured);
+#   4. masked_cuda.md/.csv, bench_masked.log : the masked-prediction trainer (netsim, brain) at the paper
+#      size, float32 and bf16 (no compiled rows: each would compile for tens of seconds).
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
 # With the device tool: run(command="bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=560).
@@ -19,14 +21,18 @@ mkdir -p "$OUT_DIR"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$DEVICE" = cpu ]; then
   BENCH=(--device cpu --d-models 16 --ks 2 --steps 2 --warmup 1 --rounds 1 --no-compile --no-bf16)
+  MASKED=(--device cpu --tasks netsim --presets quick --steps 2 --warmup 1 --rounds 1 --no-compile --no-bf16)
 else
   BENCH=(--device cuda --d-models 160 --ks 4,8,32,128,300 --steps 50 --rounds 2 --compile-ks "")  # no compiled ensembles: time
+  MASKED=(--device cuda --presets paper --steps 30 --rounds 2 --no-compile)
 fi
 { date; nvidia-smi 2>&1 || true; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$OUT_DIR/machine.txt" 2>&1
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$OUT_DIR/cuda_tests.log"
 tests=$?
-timeout 300 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
+timeout 270 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
 bench=$?
-echo "cuda tests exit $tests, benchmark exit $bench" | tee -a "$OUT_DIR/machine.txt"
-[ "$tests" = 0 ] && [ "$bench" = 0 ]
+timeout 45 "$PY" analyses/benchmarks/bench_masked.py "${MASKED[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench_masked.log"
+masked=$?
+echo "cuda tests exit $tests, benchmark exit $bench, masked benchmark exit $masked" | tee -a "$OUT_DIR/machine.txt"
+[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$masked" = 0 ]

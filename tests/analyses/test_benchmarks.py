@@ -124,8 +124,9 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md"} <= {p.name for p in tmp_path.iterdir()}
-    assert "cuda tests exit 0, benchmark exit 0" in (tmp_path / "machine.txt").read_text()
+    assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "bench_masked.log", "masked.csv",
+            "masked.md"} <= {p.name for p in tmp_path.iterdir()}
+    assert "cuda tests exit 0, benchmark exit 0, masked benchmark exit 0" in (tmp_path / "machine.txt").read_text()
     assert "skipped" in (tmp_path / "cuda_tests.log").read_text()  # no GPU here: the CUDA tests skip, not fail
 
 
@@ -138,3 +139,27 @@ def test_bench_attention_writes_both_paths_for_every_shape(tmp_path):
     assert all(float(r["fused_ms"]) > 0 and float(r["attend_ms"]) > 0 for r in rows)
     assert {r["attend_path"] for r in rows} == {"matmul-softmax", "fused"}
     assert "fused SDPA" in (tmp_path / "attention.md").read_text()
+
+
+def test_bench_masked_times_the_trainers_step_per_task_preset_and_speed_option(tmp_path):
+    import bench_masked
+
+    from trainers.evaluate import cpu_has_bf16
+
+    argv = ["--tasks", "netsim,brain", "--presets", "quick", "--steps", "2", "--warmup", "1", "--rounds", "2",
+            "--no-compile", "--out", str(tmp_path)]
+    assert bench_masked.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "masked.csv")))
+    want = {"eager", "bf16"} if cpu_has_bf16() else {"eager"}
+    assert {(r["task"], r["config"]) for r in rows} == {(t, c) for t in ("netsim", "brain") for c in want}
+    assert all(float(r["windows_per_s"]) >= float(r["worst_round"]) > 0 for r in rows)
+    assert all(float(r["x_eager"]) == 1.0 for r in rows if r["config"] == "eager")
+    assert "paper run" in (tmp_path / "masked.md").read_text()
+
+
+def test_bench_masked_projects_a_paper_run_from_the_paper_config():
+    import bench_masked
+
+    from trainers.config import make_masked_config
+
+    assert bench_masked.paper_windows("netsim") == make_masked_config("netsim", "paper").data.n_train

@@ -2,7 +2,8 @@
 
 Run on a lent GPU by ``analyses/benchmarks/gpu_session.sh``; they check what the CPU tests cannot:
 the fused attention kernel on the GPU, the ensemble (one batch of K on a GPU) against solo training there,
-and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs) end to end.
+and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs) end to end, for the LST and the
+masked (netsim) trainers.
 """
 
 import json
@@ -81,3 +82,14 @@ def test_training_steps_never_wait_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("compile,bf16,graphs", [(False, True, False), (True, True, False), (False, False, True)])
+def test_masked_trainer_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
+    from trainers.config import make_masked_config
+    from trainers.train_masked import train_masked
+
+    cfg = make_masked_config("netsim", "quick", {"device": "cuda", "model.d_model": 16, "optim.epochs": 2,
+                                                 "data.n_train": 96, "data.n_test": 32})
+    metrics = train_masked(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
+    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["ood_mse"])

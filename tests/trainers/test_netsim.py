@@ -135,3 +135,40 @@ def test_cli_train_netsim_and_evaluate(tmp_path):
     assert load_checkpoint(run / "last.pt")["ground_truth"]["coords"].shape == (64, 3)
     assert main(["evaluate", str(run / "last.pt")]) == 0
     assert main(["train", "netsim", "--out", str(tmp_path / "bad"), "--stride", "3"]) == 2
+    assert main(["train", "netsim", "--out", str(tmp_path / "graphs"), "--cuda-graphs", "--device", "cpu"]) == 2
+    assert not (tmp_path / "graphs").exists()
+
+
+def test_masked_speed_options_refused_where_unsupported_write_nothing(tmp_path, monkeypatch):
+    import trainers.evaluate
+
+    with pytest.raises(InputError, match="--cuda-graphs needs a CUDA device") as e:
+        train_masked(tiny(), tmp_path / "graphs", log=lambda s: None, cuda_graphs=True)
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(trainers.evaluate, "cpu_has_bf16", lambda: False)
+    with pytest.raises(InputError, match="bf16"):
+        train_masked(tiny(), tmp_path / "bf16", log=lambda s: None, bf16=True)
+    assert not (tmp_path / "graphs").exists() and not (tmp_path / "bf16").exists()
+
+
+@pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
+def test_masked_bf16_trains_close_to_float32_and_is_recorded(tmp_path):
+    from trainers.provenance import read_sessions
+
+    a = train_masked(tiny(), tmp_path / "fp32", log=lambda s: None)
+    b = train_masked(tiny(), tmp_path / "bf16", log=lambda s: None, bf16=True)
+    assert a["train_loss"] != b["train_loss"] and b["train_loss"] == pytest.approx(a["train_loss"], rel=0.02)
+    wa, wb = (load_checkpoint(tmp_path / r / "last.pt")["model"] for r in ("fp32", "bf16"))
+    assert all(wb[k].dtype == torch.float32 for k in wb)  # autocast: the weights stay float32
+    assert 0 < max((wa[k] - wb[k]).abs().max().item() for k in wa) < 0.05
+    assert [s["bf16"] for s in read_sessions(tmp_path / "bf16")] == [True]
+    assert [s["bf16"] for s in read_sessions(tmp_path / "fp32")] == [False]
+
+
+@pytest.mark.slow
+def test_masked_compiled_training_matches_eager_within_tolerance(tmp_path):
+    train_masked(tiny(), tmp_path / "eager", log=lambda s: None)
+    train_masked(tiny(), tmp_path / "compiled", log=lambda s: None, compile=True)
+    wa, wb = (load_checkpoint(tmp_path / r / "last.pt")["model"] for r in ("eager", "compiled"))
+    for name, t in wa.items():
+        torch.testing.assert_close(wb[name], t, rtol=1e-3, atol=1e-4)
