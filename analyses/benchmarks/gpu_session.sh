@@ -28,7 +28,8 @@ else
 fi
 { date; nvidia-smi 2>&1 || true; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$OUT_DIR/machine.txt" 2>&1
-timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$OUT_DIR/cuda_tests.log"
+# -v: one line per test as it ends, so a run cut off by the timeout still says which passed
+timeout 240 "$PY" -m pytest -v --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$OUT_DIR/cuda_tests.log"
 tests=$?
 timeout 270 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/bench.log"
 bench=$?

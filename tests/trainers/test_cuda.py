@@ -3,7 +3,8 @@
 Run on a lent GPU by ``analyses/benchmarks/gpu_session.sh``; they check what the CPU tests cannot:
 the fused attention kernel on the GPU, the ensemble (one batch of K on a GPU) against solo training there,
 and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs) end to end, for the LST and the
-masked (netsim) trainers.
+masked (netsim) trainers. Ordered cheapest first (the compiled runs last): the GPU session gives them
+a fixed time, and a cut-off run keeps the results of those already done (``pytest -v``).
 """
 
 import json
@@ -35,19 +36,6 @@ def test_ensemble_matches_solo_training_on_the_gpu(tmp_path):
     train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(len(cfgs))], log=quiet)
     for i in range(len(cfgs)):
         assert_same_run(tmp_path / "solo" / str(i), tmp_path / "ens" / str(i))
-
-
-@pytest.mark.parametrize("compile,bf16,graphs", [(True, False, False), (False, True, False), (True, True, False),
-                                                 (False, False, True), (False, True, True)])
-def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
-    cfg = tiny(device="cuda")
-    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
-    assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["ood_acc"] <= 1
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert json.loads(lines[-1])["epoch"] == cfg.optim.epochs
-    ens = train_ensemble([tiny(seed=s, device="cuda") for s in (0, 1)], [tmp_path / "e0", tmp_path / "e1"],
-                         log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs)
-    assert all(math.isfinite(m["train_loss"]) for m in ens)
 
 
 def test_training_steps_never_wait_for_the_gpu():
@@ -82,6 +70,19 @@ def test_training_steps_never_wait_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("compile,bf16,graphs", [(False, True, False), (True, False, False), (True, True, False),
+                                                 (False, False, True), (False, True, True)])
+def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
+    cfg = tiny(device="cuda")
+    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
+    assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["ood_acc"] <= 1
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["epoch"] == cfg.optim.epochs
+    ens = train_ensemble([tiny(seed=s, device="cuda") for s in (0, 1)], [tmp_path / "e0", tmp_path / "e1"],
+                         log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs)
+    assert all(math.isfinite(m["train_loss"]) for m in ens)
 
 
 @pytest.mark.parametrize("compile,bf16,graphs", [(False, True, False), (True, True, False), (False, False, True)])
