@@ -19,6 +19,7 @@ import random
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -96,6 +97,28 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
     if cuda_graphs:
         return torch.compile(fn, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
     return (torch.compile(fn) if compile else fn), lambda: None
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """The trainers' speed options, which are not part of a run's config: as `train` / `train_masked`
+    keywords (`kwargs`), as ``pe-probe train`` flags (`cli_args`), checked for a device (`check`)."""
+
+    compile: bool = False
+    bf16: bool = False
+    cuda_graphs: bool = False
+
+    def kwargs(self) -> dict[str, bool]:
+        return {"compile": self.compile, "bf16": self.bf16, "cuda_graphs": self.cuda_graphs}
+
+    def cli_args(self) -> list[str]:
+        return [flag for flag, on in (("--compile", self.compile), ("--bf16", self.bf16),
+                                      ("--cuda-graphs", self.cuda_graphs)) if on]
+
+    def check(self, device: torch.device) -> None:
+        """An `InputError` (one line) where ``device`` cannot run these options."""
+        check_cuda_graphs(device, self.cuda_graphs)
+        bf16_autocast(device, self.bf16)
 
 
 def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool = False, bf16: bool = False,

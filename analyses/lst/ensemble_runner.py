@@ -5,7 +5,8 @@ share an architecture (all but seed, σ, PE init, learning rate, weight decay, m
 groups, trained side by side on ``workers`` CPU cores (one torch thread each) or as one batch per group
 on a GPU. Each run still gets its ordinary run folder (config, metrics, checkpoints, provenance) and
 the results equal training it alone (tested in `tests/trainers/test_ensemble.py`), so the sweep's
-analyses and report read them unchanged. Interrupted runs resume from their last checkpoint.
+analyses and report read them unchanged. Interrupted runs resume from their last checkpoint. The sweep's
+speed options (`trainers.train.SpeedOptions`) and ``max_group`` (``--ensemble-max``) go to `train_ensemble`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,23 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from analyses.lst.grid import RunSpec
 from analyses.lst.runner import Runner, RunResult, is_finished, write_spec
+
+if TYPE_CHECKING:
+    from trainers.train import SpeedOptions
 
 
 class EnsembleRunner(Runner):
     """Queue specs; ``wait()`` trains them all with `trainers.ensemble.train_ensemble`."""
 
-    def __init__(self, workers: int = 2, log: Callable[[str], None] | None = None):
+    def __init__(self, workers: int = 2, log: Callable[[str], None] | None = None,
+                 speed: SpeedOptions | None = None, max_group: int | None = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.workers = workers
+        self.workers, self.speed, self.max_group = workers, speed, max_group
         self.log = log or (lambda s: print(s, flush=True))
         self._queue: list[tuple[RunSpec, Path]] = []
 
@@ -44,7 +49,10 @@ class EnsembleRunner(Runner):
         t0 = time.time()
         self.log(f"training {len(queue)} runs as batched ensembles ({self.workers} workers)")
         try:
-            train_ensemble([s.config() for s, _ in queue], [o for _, o in queue], log=self.log, workers=self.workers)
+            sp = self.speed
+            train_ensemble([s.config() for s, _ in queue], [o for _, o in queue], log=self.log, workers=self.workers,
+                           max_group=self.max_group, compile=bool(sp and sp.compile), amp=bool(sp and sp.bf16),
+                           cuda_graphs=bool(sp and sp.cuda_graphs))
         except Exception as e:  # noqa: BLE001 - reported per run below; finished runs stay finished
             self.log(f"ensemble training failed: {type(e).__name__}: {e}")
         secs = time.time() - t0

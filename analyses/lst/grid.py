@@ -108,9 +108,12 @@ def controls(sigma: float, seed: int, preset: str, base: dict[str, Any]) -> list
     ]
 
 
+GROUPS = ("sigma", "pe_type", "placement", "control")
+
+
 def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "default", seeds: int | None = None,
                sigma_seeds: int | None = None, epochs: int | None = None, base_overrides: dict[str, Any] | None = None,
-               include: tuple[str, ...] = ("sigma", "pe_type", "placement", "control")) -> list[RunSpec]:
+               include: tuple[str, ...] = GROUPS) -> list[RunSpec]:
     """The sweep's runs in priority order.
 
     ``sigmas``: "default" (10 values), "full" (0.1..2.0 step 0.1) or a tuple. ``seeds`` overrides the
@@ -121,6 +124,9 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
     """
     if preset not in PRESET_SETTINGS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_SETTINGS)}")
+    unknown = [g for g in include if g not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}")
     st = PRESET_SETTINGS[preset]
     sig = {"default": SIGMAS_DEFAULT, "full": SIGMAS_FULL}[sigmas] if isinstance(sigmas, str) else tuple(sigmas)
     n_seeds = sigma_seeds if sigma_seeds is not None else seeds if seeds is not None else st["seeds"]

@@ -171,8 +171,9 @@ def remove_stale_temp_files(run: Path) -> list[Path]:
     return gone
 
 
-def train_run(preset: str, overrides: dict, out: str, *, threads: int = 1) -> int:
-    """Train one run into the local folder ``out`` (resuming from last.pt); return its final epoch."""
+def train_run(preset: str, overrides: dict, out: str, *, threads: int = 1, **speed: bool) -> int:
+    """Train one run into the local folder ``out`` (resuming from last.pt); return its final epoch.
+    ``speed``: the trainer's speed options (`trainers.train.SpeedOptions.kwargs`)."""
     import torch
 
     from trainers.config import make_config
@@ -182,12 +183,12 @@ def train_run(preset: str, overrides: dict, out: str, *, threads: int = 1) -> in
     cfg = make_config(preset, dict(overrides))
     out_p = Path(out)
     log = _log_to(out_p / "train.log")
-    train(cfg, out_p, log=log)
+    train(cfg, out_p, log=log, **speed)
     return cfg.optim.epochs
 
 
 def run_task(spec_dict: dict, out: str, attempt: int, threads: int, stage: bool | None,
-             train_fn: Callable[..., Any] | None = None) -> TaskOutcome:
+             train_fn: Callable[..., Any] | None = None, speed: dict[str, bool] | None = None) -> TaskOutcome:
     """Body of one Ray task: one attempt at one run. Exceptions are returned, not raised (the driver
     decides about retries); a killed worker never returns and is retried by Ray."""
     t0 = time.time()
@@ -211,7 +212,7 @@ def run_task(spec_dict: dict, out: str, attempt: int, threads: int, stage: bool 
         _log_to(work / "train.log")(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} ray attempt {attempt} "
                                     f"host {socket.gethostname()} pid {os.getpid()}")
         fn = train_fn or train_run
-        epoch = fn(spec_dict["preset"], spec_dict["overrides"], str(work), threads=threads)
+        epoch = fn(spec_dict["preset"], spec_dict["overrides"], str(work), threads=threads, **(speed or {}))
         if staged:
             upload_run(work, fs, path)
         return TaskOutcome(True, time.time() - t0, epoch=epoch)
@@ -279,13 +280,14 @@ class RayRunner(Runner):
     num_cpus : CPUs of a local instance started here (default: all).
     stage : None (default) stages through a local temp folder only for non-local URLs; True/False forces it.
     progress : tqdm bar over finished runs (shown only when stderr is a terminal).
-    train_fn : ``fn(preset, overrides, out_dir, threads=) -> epoch`` (tests inject failures through it).
+    train_fn : ``fn(preset, overrides, out_dir, threads=, **speed) -> epoch`` (tests inject failures through it).
+    speed : `trainers.train.SpeedOptions` for every run (checked on the workers: the driver may have no GPU).
     """
 
     def __init__(self, address: str | None = None, *, max_retries: int = 2, cpus_per_run: float = 1,
                  gpus_per_run: float = 0, num_cpus: int | None = None, stage: bool | None = None,
                  progress: bool = True, log: Callable[[str], None] | None = None,
-                 train_fn: Callable[..., Any] | None = None, poll_s: float = 1.0):
+                 train_fn: Callable[..., Any] | None = None, poll_s: float = 1.0, speed: Any = None):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if cpus_per_run <= 0 or gpus_per_run < 0:
@@ -294,6 +296,8 @@ class RayRunner(Runner):
         self.max_retries = max_retries
         self.cpus_per_run, self.gpus_per_run = cpus_per_run, gpus_per_run
         self.stage, self.progress, self.train_fn, self.poll_s = stage, progress, train_fn, poll_s
+        # the options that are on, as train_run keywords (none: train_fn is called as before)
+        self.speed = {k: v for k, v in speed.kwargs().items() if v} if speed is not None else {}
         self.log = log or (lambda s: print(s, flush=True))
         self._owns_ray = False
         self._remote = None
@@ -318,7 +322,7 @@ class RayRunner(Runner):
 
     def _launch(self, spec, out: str, attempt: int) -> None:
         threads = max(1, int(self.cpus_per_run))
-        ref = self._task().remote(spec.to_dict(), out, attempt, threads, self.stage, self.train_fn)
+        ref = self._task().remote(spec.to_dict(), out, attempt, threads, self.stage, self.train_fn, self.speed)
         self.attempts[spec.name] = attempt
         self._pending[ref] = (spec, out, attempt, time.time())
 

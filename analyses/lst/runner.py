@@ -3,7 +3,8 @@
 ``Runner.submit(spec, out_dir)`` queues one training run, ``Runner.wait()`` blocks until every
 submitted run has ended and returns their `RunResult`s. `LocalRunner(workers)` runs each spec as a
 subprocess ``pe-probe train ...`` with one torch/BLAS thread (``OMP_NUM_THREADS=1``), at most
-``workers`` at a time, each logging to ``RUN_DIR/train.log``. A Ray backend can implement the same
+``workers`` at a time, each logging to ``RUN_DIR/train.log``, with the sweep's speed options
+(`trainers.train.SpeedOptions`) as flags. The ensemble and Ray backends implement the same
 two methods. Finished-run detection (`is_finished`) lives here so every backend skips the same runs.
 """
 
@@ -18,9 +19,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from analyses.lst.grid import RunSpec
+
+if TYPE_CHECKING:
+    from trainers.train import SpeedOptions
 
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
@@ -80,12 +84,14 @@ class Runner:
 class LocalRunner(Runner):
     """Parallel local subprocesses, ``workers`` at a time, one thread each."""
 
-    def __init__(self, workers: int = 2, log: Callable[[str], None] | None = None, poll_s: float = 0.5):
+    def __init__(self, workers: int = 2, log: Callable[[str], None] | None = None, poll_s: float = 0.5,
+                 speed: SpeedOptions | None = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self.log = log or (lambda s: print(s, flush=True))
         self.poll_s = poll_s
+        self.speed_args = speed.cli_args() if speed is not None else []
         self._queue: list[tuple[RunSpec, Path]] = []
         self._running: dict[str, tuple[subprocess.Popen, Path, float, object]] = {}
         self._done: list[RunResult] = []
@@ -99,7 +105,7 @@ class LocalRunner(Runner):
         write_spec(out, spec.to_dict())
         env = {**os.environ, **THREAD_ENV}
         logf = open(out / "train.log", "a")
-        cmd = pe_probe_command() + spec.train_args(str(out))
+        cmd = pe_probe_command() + spec.train_args(str(out)) + self.speed_args
         logf.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         logf.flush()
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -148,7 +154,8 @@ class LocalRunner(Runner):
         self._running.clear()
 
 
-def make_runner(backend: str, workers: int, log: Callable[[str], None] | None = None) -> Runner:
+def make_runner(backend: str, workers: int, log: Callable[[str], None] | None = None,
+                speed: SpeedOptions | None = None) -> Runner:
     if backend == "local":
-        return LocalRunner(workers, log=log)
+        return LocalRunner(workers, log=log, speed=speed)
     raise ValueError(f"unknown runner backend {backend!r}; available: local (ray: to be added)")

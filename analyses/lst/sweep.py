@@ -3,6 +3,8 @@
     python -m analyses.lst.sweep --preset quick --workers 2 --root runs/lst-sweep
     python -m analyses.lst.sweep --preset quick --backend ensemble --root runs/lst-sweep  # batched ensembles
     python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --set device=cuda --root runs/lst-paper
+    python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --set device=cuda --backend ensemble \
+        --bf16 --cuda-graphs --root runs/lst-paper                       # the whole sweep batched on one GPU
     python -m analyses.lst.sweep --preset paper --epochs 400 ...      # a shorter paper-setting sweep
     python -m analyses.lst.sweep --preset paper --backend ray --address auto --set device=cuda --gpus-per-run 0.25 \\
         --root s3://bucket/lst-paper                                       # on a Ray cluster (extra `ray`)
@@ -10,6 +12,8 @@
 Finished runs (last.pt at the configured epoch) are skipped; unfinished ones resume from their
 last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json, progress to
 ROOT/sweep.log. Analyses are a separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
+Every run's config and the speed options are checked before anything is written: a bad ``--set`` or an
+option the device cannot run is a one-line error (exit 2).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from analyses.lst.grid import PRESET_SETTINGS, build_grid
+from analyses.lst.grid import GROUPS, PRESET_SETTINGS, build_grid
 from analyses.lst.ray_runner import join, run_is_finished
 from analyses.lst.runner import make_runner
+from pe_probe.errors import InputError
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -36,6 +41,46 @@ def parse_overrides(items: list[str]) -> dict:
         except ValueError:
             out[key] = raw
     return out
+
+
+def parse_sigmas(text: str) -> str | tuple[float, ...]:
+    """``default``, ``full`` or a comma list of positive numbers."""
+    if text in ("default", "full"):
+        return text
+    try:
+        sigmas = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise InputError(f"--sigmas {text!r}: give default, full or a comma list of numbers such as 0.1,0.5,2.0") from None
+    if not all(v > 0 for v in sigmas):
+        raise InputError(f"--sigmas {text!r}: every sigma must be > 0")
+    return sigmas
+
+
+def check_grid(grid: list, backend: str, speed) -> None:
+    """Every run's config builds (unknown keys, bad values), the local backend can pass its overrides as
+    ``pe-probe train`` flags, and the speed options run on the device of every run trained in this
+    process (the Ray workers check their own). Raises a one-line `InputError`."""
+    from trainers.evaluate import resolve_device
+
+    devices = set()
+    for spec in grid:
+        devices.add(spec.config().device)
+        if backend == "local":
+            try:
+                spec.train_args("RUN")
+            except ValueError as e:
+                raise InputError(f"{e}; use --backend ensemble or ray for other keys") from None
+    if backend == "ray":
+        return
+    for device in sorted(devices):
+        try:
+            dev = resolve_device(device)
+        except InputError:  # the trainer's message names its --device flag; here the device is a --set
+            raise InputError("--set device=cuda: no CUDA device is available here; drop it, or use "
+                             "--backend ray with GPU workers") from None
+        if speed.cuda_graphs and dev.type != "cuda":
+            raise InputError(f"--cuda-graphs needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda")
+        speed.check(dev)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,18 +107,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs/lst-sweep",
                    help="sweep folder: one subfolder per run; with --backend ray also an fsspec URL (s3://...)")
     p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL")
-    p.add_argument("--groups", default="sigma,pe_type,placement,control", help="subset of groups to run")
+    p.add_argument("--groups", default=",".join(GROUPS), help=f"subset of groups to run (default: all of {', '.join(GROUPS)})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override for every run (e.g. device=cuda, model.d_model=8)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state, train nothing")
+    g = p.add_argument_group("speed (every run; not part of the runs' configs, so a sweep resumes with or without them)")
+    g.add_argument("--bf16", action="store_true", help="bf16 autocast (a GPU, or a CPU with native bf16)")
+    g.add_argument("--compile", action="store_true", help="torch.compile each run's training step (~25 s per run "
+                   "or ensemble group to compile on a CPU)")
+    g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs")
+    g.add_argument("--ensemble-max", type=int, default=None, metavar="K",
+                   help="ensemble backend: at most K runs per batched group (default: all on a GPU, 4 on the CPU)")
     args = p.parse_args(argv)
 
-    sigmas = args.sigmas if args.sigmas in ("default", "full") else tuple(float(s) for s in args.sigmas.split(","))
-    grid = build_grid(args.preset, sigmas=sigmas, seeds=args.seeds, sigma_seeds=args.sigma_seeds, epochs=args.epochs,
-                      base_overrides=parse_overrides(args.overrides), include=tuple(args.groups.split(",")))
+    from trainers.train import SpeedOptions
+
+    speed = SpeedOptions(compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
     url = "://" in args.root
     if url and args.backend != "ray":
         p.error("a URL --root needs --backend ray")
+    if args.ensemble_max is not None and (args.backend != "ensemble" or args.ensemble_max < 1):
+        p.error("--ensemble-max needs --backend ensemble and K >= 1")
+    try:
+        grid = build_grid(args.preset, sigmas=parse_sigmas(args.sigmas), seeds=args.seeds, sigma_seeds=args.sigma_seeds,
+                          epochs=args.epochs, base_overrides=parse_overrides(args.overrides),
+                          include=tuple(args.groups.split(",")))
+        check_grid(grid, args.backend, speed)
+    except (InputError, ValueError) as e:
+        p.error(str(e).splitlines()[0])
     root = Path(args.state_dir) if url else Path(args.root)  # grid.json and sweep.log
     root.mkdir(parents=True, exist_ok=True)
 
@@ -101,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         from analyses.lst.ray_runner import RayRunner
 
         runner = RayRunner(args.address, max_retries=args.max_retries, cpus_per_run=args.cpus_per_run,
-                           gpus_per_run=args.gpus_per_run, log=log)
+                           gpus_per_run=args.gpus_per_run, log=log, speed=speed)
     elif args.backend == "ensemble":
         from analyses.lst.ensemble_runner import EnsembleRunner
 
-        runner = EnsembleRunner(args.workers, log=log)
+        runner = EnsembleRunner(args.workers, log=log, speed=speed, max_group=args.ensemble_max)
     else:
-        runner = make_runner(args.backend, args.workers, log=log)
+        runner = make_runner(args.backend, args.workers, log=log, speed=speed)
 
     def stop(signum, frame):  # noqa: ARG001
         log(f"signal {signum}: stopping the running trainings (they resume on the next call)")

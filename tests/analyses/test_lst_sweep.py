@@ -113,7 +113,7 @@ def test_sweep_submits_only_unfinished_runs(tmp_path, monkeypatch):
         def wait(self):
             return [R.RunResult(n, "", 0, 0.0) for n in submitted]
 
-    monkeypatch.setattr(S, "make_runner", lambda backend, workers, log=None: FakeRunner())
+    monkeypatch.setattr(S, "make_runner", lambda backend, workers, log=None, speed=None: FakeRunner())
     args = ["--root", str(tmp_path), "--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "3", "--groups", "sigma"]
     _fake_last(tmp_path / "learned-every-s0.1-seed0", 3)  # finished
     _fake_last(tmp_path / "learned-every-s2-seed0", 1)  # interrupted
@@ -253,3 +253,55 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
         assert [s["trainer"] for s in read_sessions(run)] == ["ensemble"]
     assert main(argv) == 0
     assert "3 finished, 0 to train" in (root / "sweep.log").read_text().splitlines()[-2]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--set", "foo=1"], "unknown config key 'foo'"),
+    (["--set", "model.d_model=abc"], "--d-model must be >= 1"),
+    (["--set", "model.mlp_ratio=2"], "use --backend ensemble or ray"),  # no pe-probe train flag for it
+    (["--sigmas", "0.1,x"], "--sigmas '0.1,x'"),
+    (["--sigmas", "0.1,-1"], "every sigma must be > 0"),
+    (["--groups", "sigma,nope"], "unknown group(s) nope"),
+    (["--cuda-graphs"], "--cuda-graphs needs the runs on a GPU"),
+    (["--ensemble-max", "4"], "--ensemble-max needs --backend ensemble"),
+])
+def test_bad_sweep_input_is_a_one_line_error_before_anything_is_written(tmp_path, capsys, argv, needle):
+    root = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        S.main(["--root", str(root), *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert not root.exists()
+
+
+def test_keys_without_a_cli_flag_are_fine_for_the_in_process_backends(tmp_path):
+    argv = ["--root", str(tmp_path / "s"), "--set", "model.mlp_ratio=2", "--backend", "ensemble", "--dry-run"]
+    assert S.main(argv) == 0
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
+def test_a_cuda_sweep_without_a_gpu_is_refused_unless_ray_workers_train_it(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        S.main(["--root", str(tmp_path / "s"), "--set", "device=cuda"])
+    assert "no CUDA device is available here" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    argv = ["--root", str(tmp_path / "r"), "--set", "device=cuda", "--backend", "ray", "--cuda-graphs", "--dry-run"]
+    assert S.main(argv) == 0  # the Ray workers (which may have GPUs) check their own device
+
+
+@pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
+@pytest.mark.parametrize("backend", ["local", "ensemble"])
+def test_speed_options_reach_every_run_of_the_sweep(tmp_path, backend):
+    from trainers.provenance import read_sessions
+
+    root = tmp_path / "sweep"
+    argv = ["--root", str(root), "--sigmas", "0.5", "--seeds", "1", "--epochs", "1", "--groups", "sigma",
+            "--backend", backend, "--bf16", *TINY]
+    assert S.main(argv) == 0
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    assert [r.name for r in runs] == ["learned-every-s0.5-seed0", "sin2d-seed0"]
+    for run in runs:
+        assert [(s["bf16"], s["compile"]) for s in read_sessions(run)] == [(True, False)]
+        if backend == "local":
+            assert " --bf16" in (run / "train.log").read_text().splitlines()[0]

@@ -255,3 +255,24 @@ def test_compare_with_ray_backend_equals_local(ray_instance, tmp_path):
     assert dist.drop(columns=["source"]).equals(local.drop(columns=["source"]))
     assert (tmp_path / "ray" / "compare.csv").is_file()
     assert dist["rsa_spearman"].iloc[0] > dist["rsa_spearman"].iloc[2]  # the columns carry real values
+
+
+def recording_train(preset, overrides, out, threads=1, **speed):
+    """Records the speed options a worker's train function receives (beside the run), then trains."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "speed.json").write_text(json.dumps(speed))
+    return train_run(preset, overrides, out, threads=threads, **speed)
+
+
+def test_speed_options_reach_the_ray_workers(ray_instance, tmp_path):
+    from trainers.train import SpeedOptions
+
+    runner = RayRunner(log=quiet, train_fn=recording_train, speed=SpeedOptions(compile=False, bf16=False, cuda_graphs=False))
+    runner.submit(spec("plain", 0.1), tmp_path / "plain")
+    assert [r.returncode for r in runner.wait()] == [0]
+    assert json.loads((tmp_path / "plain" / "speed.json").read_text()) == {}  # none on: train_fn called as before
+    runner = RayRunner(log=quiet, train_fn=recording_train, speed=SpeedOptions(cuda_graphs=True))
+    runner.submit(spec("graphs", 0.1), tmp_path / "graphs")
+    assert [r.returncode for r in runner.wait()] == [1]  # a CPU worker refuses CUDA graphs
+    assert json.loads((tmp_path / "graphs" / "speed.json").read_text()) == {"cuda_graphs": True}
+    assert "--cuda-graphs needs a CUDA device" in runner.errors["graphs"]
