@@ -496,6 +496,29 @@ def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> 
     write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
 
 
+GPU_D, GPU_X_NAIVE, GPU_SWEEP_HOURS = 160, 20.0, 2.0  # issue 7's GPU targets
+
+
+def gpu_targets(by: dict, bounds: dict) -> list[str]:
+    """The report's lines on issue 7's GPU targets at d_model 160: the best configuration against one naive
+    process, the best projected full sweep, and the training arithmetic rate the sweep target needs."""
+    rows = [r for (cfg, d), r in by.items() if d == GPU_D and cfg != "naive"]
+    lines = ["", f"Targets (issue 7, GPU, d_model {GPU_D}):"]
+    if not rows:
+        return lines + [f"- not measured at d_model {GPU_D}"]
+    fast = max(rows, key=lambda r: r["x_naive"] if r["x_naive"] != "" else -1)
+    quick = min(rows, key=lambda r: r["sweep_hours"])
+    for what, r, ok in ((f">= {GPU_X_NAIVE:g}x one naive process", fast, fast["x_naive"] != "" and fast["x_naive"] >= GPU_X_NAIVE),
+                        (f"full paper sweep < {GPU_SWEEP_HOURS:g} h", quick, quick["sweep_hours"] < GPU_SWEEP_HOURS)):
+        lines.append(f"- {what}: best {r['config']} at {r['x_naive']}x, {r['sweep_hours']} h: **{'met' if ok else 'NOT met'}**")
+    if GPU_D in bounds:
+        need = SWEEP_PUZZLES * bounds[GPU_D]["flops_ours"] / (GPU_SWEEP_HOURS * 3600)
+        lines.append(f"- the {GPU_SWEEP_HOURS:g}-hour sweep needs {need / 1e12:.0f} TFLOP/s of training arithmetic, "
+                     f"sustained ({bounds[GPU_D]['flops_ours'] / 1e6:.1f} MFLOP per puzzle x {SWEEP_PUZZLES:.3g} "
+                     "puzzle-passes); compare the GEMM rates above")
+    return lines
+
+
 def report(rows, device, loads, args, bounds) -> str:
     lines = [f"Device: {device.type}; machine: {machine(device)}.",
              f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f} "
@@ -519,19 +542,22 @@ def report(rows, device, loads, args, bounds) -> str:
               "torch threads. `bound` = GEMM rate / FLOPs per puzzle: what a trainer doing only matrix products at that "
               "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer).", "",
               "| d_model | MFLOP/puzzle naive | MFLOP/puzzle ours | GEMM fp32 (GFLOP/s) | bound fp32 (puzzles/s) | bound fp32 x naive "
-              "| GEMM bf16 (GFLOP/s) | bound bf16 (puzzles/s) | bound bf16 x naive |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| full sweep at bound fp32 (h) | GEMM bf16 (GFLOP/s) | bound bf16 (puzzles/s) | bound bf16 x naive "
+              "| full sweep at bound bf16 (h) |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for d, b in bounds.items():
         naive = by.get(("naive", d), {}).get("puzzles_per_s")
         cells = [f"{b['flops_naive'] / 1e6:.1f}", f"{b['flops_ours'] / 1e6:.1f}"]
         for key in ("gemm_fp32", "gemm_bf16"):
             if key not in b:
-                cells += ["", "", ""]
+                cells += ["", "", "", ""]
                 continue
             bound = b[key] / b["flops_ours"]
             ratio = f"{bound / naive:.2f}" if naive else ""
-            cells += [f"{b[key] / 1e9:.0f}", f"{bound:.0f}", ratio]
+            cells += [f"{b[key] / 1e9:.0f}", f"{bound:.0f}", ratio, f"{SWEEP_PUZZLES / bound / 3600:.1f}"]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    if device.type == "cuda":
+        lines += gpu_targets(by, bounds)
     if device.type == "cpu":
         lines += ["", "Targets (issue 7, CPU, d_model 64), against `naive` (one companion-style process using every "
                   "core, the issue's baseline) and, stricter, `naive-parallel` (one such process per core, side by side):"]

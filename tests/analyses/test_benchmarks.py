@@ -163,3 +163,17 @@ def test_bench_masked_projects_a_paper_run_from_the_paper_config():
     from trainers.config import make_masked_config
 
     assert bench_masked.paper_windows("netsim") == make_masked_config("netsim", "paper").data.n_train
+
+
+def test_gpu_targets_name_the_best_configuration_and_the_rate_the_sweep_needs():
+    rows = {("naive", 160): {"x_naive": 1.0, "sweep_hours": 300.0, "config": "naive"},
+            ("ensemble-32", 160): {"x_naive": 12.5, "sweep_hours": 3.1, "config": "ensemble-32"},
+            ("ensemble-300-bf16", 160): {"x_naive": 31.0, "sweep_hours": 1.4, "config": "ensemble-300-bf16"},
+            ("single", 64): {"x_naive": 99.0, "sweep_hours": 0.1, "config": "single"}}  # another width: ignored
+    lines = bench_train.gpu_targets(rows, {160: {"flops_ours": 96.5e6}})
+    text = "\n".join(lines)
+    assert "best ensemble-300-bf16 at 31.0x, 1.4 h: **met**" in text
+    need = bench_train.SWEEP_PUZZLES * 96.5e6 / 7200 / 1e12
+    assert f"needs {need:.0f} TFLOP/s" in text
+    rows[("ensemble-300-bf16", 160)].update(x_naive=15.0, sweep_hours=2.5)
+    assert "**met**" not in "\n".join(bench_train.gpu_targets(rows, {}))
