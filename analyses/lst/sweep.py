@@ -25,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from analyses.lst.grid import GROUPS, PRESET_SETTINGS, build_grid
+from analyses.lst.grid import GROUPS, PRESET_SETTINGS, RunSpec, build_grid
 from analyses.lst.ray_runner import join, run_is_finished
 from analyses.lst.runner import make_runner
 from pe_probe.errors import InputError
+from trainers.train import SpeedOptions
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -56,7 +57,7 @@ def parse_sigmas(text: str) -> str | tuple[float, ...]:
     return sigmas
 
 
-def check_grid(grid: list, backend: str, speed) -> None:
+def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
     """Every run's config builds (unknown keys, bad values), the local backend can pass its overrides as
     ``pe-probe train`` flags, and the speed options run on the device of every run trained in this
     process (the Ray workers check their own). Raises a one-line `InputError`."""
@@ -119,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--ensemble-max", type=int, default=None, metavar="K",
                    help="ensemble backend: at most K runs per batched group (default: all on a GPU, 4 on the CPU)")
     args = p.parse_args(argv)
-
-    from trainers.train import SpeedOptions
 
     speed = SpeedOptions(compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
     url = "://" in args.root
