@@ -31,11 +31,12 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_analyze.py
 
-# training throughput (~15-20 min on 2 cores), the masked trainer (~4 min), attention kernels (~30 s) and the
-# arithmetic check (~12 min); all rewrite reports/benchmarks/
+# training throughput (~15-20 min on 2 cores), the masked trainer (~4 min), malloc settings (~8 min), attention
+# kernels (~30 s) and the arithmetic check (~12 min); all rewrite reports/benchmarks/
 bench-train: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_train.py --rounds 3
 	$(BIN)/python analyses/benchmarks/bench_masked.py
+	$(BIN)/python analyses/benchmarks/bench_memory.py
 	$(BIN)/python analyses/benchmarks/bench_attention.py
 	$(BIN)/python analyses/benchmarks/precision_check.py
 

@@ -61,6 +61,7 @@ from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device
 from trainers.model import PETransformer, attend
+from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, check_cuda_graphs, compiled_step, epoch_seed, ground_truth,
@@ -443,6 +444,8 @@ def train_ensemble(
     device = resolve_device(cfgs[0].device)
     bf16_autocast(device, amp)
     check_cuda_graphs(device, cuda_graphs)
+    if device.type == "cpu":
+        keep_freed_memory()  # malloc keeps freed activation memory mapped (worker processes: _init_process)
     n_workers = cpu_workers(workers, cfgs, device, compile)
 
     models = []
@@ -572,10 +575,11 @@ _PROCESS_STOP: Any = None  # the pool's stop Event, in a worker process
 
 
 def _init_process(stop: Any) -> None:
-    """Worker-process start: one torch thread (one core), and the pool's stop Event."""
+    """Worker-process start: one torch thread (one core), malloc keeping freed memory, the pool's stop Event."""
     global _PROCESS_STOP
     _PROCESS_STOP = stop
     torch.set_num_threads(1)
+    keep_freed_memory()
 
 
 def _call_in_process(fn: Callable[[Any, Any], Any], job: Any) -> Any:

@@ -31,6 +31,7 @@ from pe_probe.errors import InputError
 from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics
+from trainers.memory import keep_freed_memory
 from trainers.model import PETransformer
 from trainers.provenance import PROVENANCE_FILE, record_session
 
@@ -287,6 +288,8 @@ def train(
     out = Path(out_dir)
     log = log or (lambda s: print(s, flush=True))
     device = resolve_device(cfg.device)
+    if device.type == "cpu":
+        keep_freed_memory()  # malloc keeps freed activation memory mapped: no page faults every step
     gt = ground_truth(cfg.task)
 
     # model and optimiser first (init depends on the seed only; bad PE/width combinations fail here,

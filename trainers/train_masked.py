@@ -25,6 +25,7 @@ import torch
 from pe_probe.errors import InputError
 from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, validate_masked
+from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
 from trainers.train import (epoch_seed, make_optimizer, prepare_run_dir, record_evaluation, restore_run,
@@ -155,6 +156,8 @@ def train_masked(
     out = Path(out_dir)
     log = log or (lambda s: print(s, flush=True))
     device = resolve_device(cfg.device)
+    if device.type == "cpu":
+        keep_freed_memory()  # malloc keeps freed activation memory mapped: no page faults every step
 
     data = load_task_data(cfg)  # before the model: it fixes N, the coordinates and the window
     gt = data["ground_truth"]

@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     from trainers.evaluate import cpu_has_bf16
+    from trainers.memory import keep_freed_memory
 
+    keep_freed_memory()  # as the trainer runs (`trainers.memory`)
     bf16 = (device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
     cases = [(t, pr) for t in args.tasks.split(",") for pr in args.presets.split(",")]
     plan = [(t, pr, name, kw) for t, pr in cases for name, kw in configs(device, bf16, not args.no_compile)]

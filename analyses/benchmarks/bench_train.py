@@ -139,6 +139,15 @@ def _naive_step(d, device, seed=0):
     return step
 
 
+def _tuned(build, **kwargs):
+    """``build(**kwargs)`` in a side-by-side worker process, under the malloc settings the CPU trainers use
+    (`trainers.memory`; this process gets them in `main`): every configuration, baselines included."""
+    from trainers.memory import keep_freed_memory
+
+    keep_freed_memory()
+    return build(**kwargs)
+
+
 def bench_naive(d, device, steps, warmup, **_):
     return _time(_naive_step(d, device), steps, warmup, device), 1
 
@@ -149,7 +158,8 @@ def bench_naive_parallel(d, device, steps, warmup, workers=None, **_):
     from trainers.ensemble import usable_cores
 
     n = workers or usable_cores()
-    return side_by_side(_naive_step, [{"d": d, "device": device, "seed": s} for s in range(n)], warmup, steps), n
+    return side_by_side(_tuned, [{"build": _naive_step, "d": d, "device": device, "seed": s} for s in range(n)], warmup,
+                        steps), n
 
 
 def _our_model(d, device, seed=0):
@@ -205,8 +215,8 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **
     from trainers.ensemble import usable_cores
 
     n = workers or usable_cores()
-    kws = [{"d": d, "device": device, "nosync": True, "bf16": bf16, "seed": s} for s in range(n)]
-    return side_by_side(_single_step, kws, warmup, steps), n
+    kws = [{"build": _single_step, "d": d, "device": device, "nosync": True, "bf16": bf16, "seed": s} for s in range(n)]
+    return side_by_side(_tuned, kws, warmup, steps), n
 
 
 def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
@@ -261,7 +271,7 @@ def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, wor
            for seeds in seed_groups]
     if in_processes(n_workers, device, compile):  # worker j trains groups j, j + n, ... each step
         n = min(n_workers, len(kws))
-        return side_by_side(_groups_step, [{"kws": kws[j::n]} for j in range(n)], warmup, steps), k
+        return side_by_side(_tuned, [{"build": _groups_step, "kws": kws[j::n]} for j in range(n)], warmup, steps), k
     groups = [_group_step(**kw) for kw in kws]
 
     def run(step, first, n):
@@ -408,6 +418,9 @@ def main(argv=None):
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device available")
     from trainers.evaluate import cpu_has_bf16
+    from trainers.memory import keep_freed_memory
+
+    keep_freed_memory()  # as the CPU trainers run, for every configuration (the naive baselines too)
 
     args.bf16 = (args.bf16 or device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
     bounds = {d: arithmetic_bound(d, device) for d in args.d_models}
@@ -490,7 +503,9 @@ def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> 
               "VM, processes whose torch ops span both cores (naive, single) switch between a fast and a ~30% "
               "slower mode from one window to the next; one-thread workers (naive-parallel, ensembles) do not. "
               "`sweep_hours` projects the full paper sweep (300 runs x 4,000 epochs x 8,100 puzzles, training "
-              "only) at the best measured aggregate rate.", ""]
+              "only) at the best measured aggregate rate. Every process runs with the malloc settings of the CPU "
+              "trainers (`trainers.memory`), the naive baselines included (conservative: they gain a little too; "
+              "`memory.md`).", ""]
     if not final:
         header += [f"**Partial: {rounds_done} of {args.rounds} rounds; the run had not finished when this was written.**", ""]
     write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")

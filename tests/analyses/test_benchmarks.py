@@ -177,3 +177,15 @@ def test_gpu_targets_name_the_best_configuration_and_the_rate_the_sweep_needs():
     assert f"needs {need:.0f} TFLOP/s" in text
     rows[("ensemble-300-bf16", 160)].update(x_naive=15.0, sweep_hours=2.5)
     assert "**met**" not in "\n".join(bench_train.gpu_targets(rows, {}))
+
+
+def test_bench_memory_measures_each_setting_in_its_own_process(tmp_path):
+    import bench_memory
+
+    argv = ["--cases", "single d64", "--rounds", "1", "--steps", "1", "--warmup", "1", "--out", str(tmp_path)]
+    assert bench_memory.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "memory.csv")))
+    assert [(r["case"], r["malloc"]) for r in rows] == [("single d64", "default"), ("single d64", "ours")]
+    if sys.platform.startswith("linux"):  # glibc: the default process really ran untouched, ours tuned
+        assert [r["applied"] for r in rows] == ["False", "True"]
+    assert all(float(r["per_s"]) > 0 for r in rows) and rows[0]["x_default"] == "1.0"
