@@ -16,7 +16,8 @@ all in this one run so their ratios share the machine's state:
   the ensemble than `naive`);
 * single-parallel (CPU): our single-model step (below, no host sync) once per core side by side, one
   one-thread process each: what the LST sweep's ``--backend local`` does, the fair CPU baseline for
-  the ensemble (column `x single-parallel`, against the variant of the same precision);
+  the ensemble (column `x single-parallel`, against the variant of the same precision and compilation:
+  with --compile, `single-parallel-compile` and `single-parallel-bf16-compile` compile each process's step);
 * single: our `PETransformer` (`trainers.model.attend`: matmul-softmax attention on the CPU at 16 tokens,
   fused SDPA elsewhere; the last layer computes only the readout token) with the step of
   `trainers.train.train`;
@@ -209,13 +210,14 @@ def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=Fal
     return _time(_single_step(d, device, nosync, compile, bf16, cuda_graphs=cuda_graphs), steps, warmup, device), 1
 
 
-def bench_single_parallel(d, device, steps, warmup, bf16=False, workers=None, **_):
+def bench_single_parallel(d, device, steps, warmup, bf16=False, compile=False, workers=None, **_):
     """Our single-model trainer once per core side by side, one one-thread process each (what the LST
     sweep's ``--backend local`` does): the fair CPU baseline for the ensemble."""
     from trainers.ensemble import usable_cores
 
     n = workers or usable_cores()
-    kws = [{"build": _single_step, "d": d, "device": device, "nosync": True, "bf16": bf16, "seed": s} for s in range(n)]
+    kws = [{"build": _single_step, "d": d, "device": device, "nosync": True, "bf16": bf16, "compile": compile, "seed": s}
+           for s in range(n)]
     return side_by_side(_tuned, kws, warmup, steps), n
 
 
@@ -355,6 +357,10 @@ def plan(args):
             out.append(("single-parallel", d, bench_single_parallel, {}, s))
             if args.bf16:
                 out.append(("single-parallel-bf16", d, bench_single_parallel, {"bf16": True}, s))
+            if not args.no_compile:  # the per-core baseline of the compiled ensembles
+                out.append(("single-parallel-compile", d, bench_single_parallel, {"compile": True}, s))
+                if args.bf16:
+                    out.append(("single-parallel-bf16-compile", d, bench_single_parallel, {"bf16": True, "compile": True}, s))
         out += [("single", d, bench_single, {}, s),
                 ("single-nosync", d, bench_single, {"nosync": True}, s)]
         if not args.no_compile:  # the single-model trainer's --compile (the ensemble's only with --compile)
@@ -467,6 +473,12 @@ def main(argv=None):
     return 0
 
 
+def per_core_baseline(config: str) -> str:
+    """The `single-parallel` variant a configuration is compared with: same precision, same compilation."""
+    return ("single-parallel" + ("-bf16" if "bf16" in config else "")
+            + ("-compile" if "compile" in config or "cudagraphs" in config else ""))
+
+
 def finish(best: dict, paired: dict) -> list[dict]:
     """The result rows: best rounds with their ratios to the baselines and the sweep projection."""
     rows = [dict(r) for r in best.values()]
@@ -480,7 +492,7 @@ def finish(best: dict, paired: dict) -> list[dict]:
         row["x_naive"] = ratio("naive")
         row["x_naive_paired"] = 1.0 if row["config"] == "naive" else (round(statistics.median(paired[key]), 2) if key in paired else "")
         row["x_naive_parallel"] = ratio("naive-parallel")
-        row["x_single_parallel"] = ratio("single-parallel-bf16" if "bf16" in row["config"] else "single-parallel")
+        row["x_single_parallel"] = ratio(per_core_baseline(row["config"]))
         row["sweep_hours"] = round(SWEEP_PUZZLES / row["puzzles_per_s"] / 3600, 1)
     return rows
 

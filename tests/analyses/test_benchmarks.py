@@ -189,3 +189,10 @@ def test_bench_memory_measures_each_setting_in_its_own_process(tmp_path):
     if sys.platform.startswith("linux"):  # glibc: the default process really ran untouched, ours tuned
         assert [r["applied"] for r in rows] == ["False", "True"]
     assert all(float(r["per_s"]) > 0 for r in rows) and rows[0]["x_default"] == "1.0"
+
+
+def test_each_configuration_is_compared_with_the_per_core_single_of_its_precision_and_compilation():
+    pick = bench_train.per_core_baseline
+    assert pick("ensemble-8") == "single-parallel" and pick("ensemble-8-bf16") == "single-parallel-bf16"
+    assert pick("ensemble-8-compile") == "single-parallel-compile"
+    assert pick("ensemble-8-bf16-compile") == pick("single-parallel-bf16-compile") == "single-parallel-bf16-compile"
