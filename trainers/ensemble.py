@@ -64,7 +64,7 @@ from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    CKPT_DIR, LAST, METRICS_FILE, _flatten, _trim_metrics, check_cuda_graphs, compiled_step, epoch_seed, ground_truth,
+    CKPT_DIR, LAST, METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
     fused_adamw_supported, load_splits, make_optimizer, prepare_run_dir, seed_everything,
 )
 
@@ -442,8 +442,7 @@ def train_ensemble(
         validate(cfg)
     # settings that can fail are checked before any run folder is touched
     device = resolve_device(cfgs[0].device)
-    bf16_autocast(device, amp)
-    check_cuda_graphs(device, cuda_graphs)
+    SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs).check(device)
     if device.type == "cpu":
         keep_freed_memory()  # malloc keeps freed activation memory mapped (worker processes: _init_process)
     n_workers = cpu_workers(workers, cfgs, device, compile)
@@ -627,8 +626,8 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     version = code_version()  # git once for the group
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
-                       torch_threads=torch.get_num_threads(), bf16=amp, compile=compile or cuda_graphs,
-                       cuda_graphs=cuda_graphs)
+                       torch_threads=torch.get_num_threads(),
+                       **SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs).recorded())
 
     step_loss, mark_step = compiled_step(group_loss(base, stack.buffers, autocast), device, compile, cuda_graphs)
 

@@ -121,6 +121,10 @@ class SpeedOptions:
         check_cuda_graphs(device, self.cuda_graphs)
         bf16_autocast(device, self.bf16)
 
+    def recorded(self) -> dict[str, bool]:
+        """The settings a training session records in ``provenance.jsonl`` (CUDA graphs compile too)."""
+        return {"bf16": self.bf16, "compile": self.compile or self.cuda_graphs, "cuda_graphs": self.cuda_graphs}
+
 
 def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool = False, bf16: bool = False,
                 cuda_graphs: bool = False) -> tuple[Callable, Callable[[], None], Any, dict[str, bool]]:
@@ -131,9 +135,10 @@ def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool =
     The stepping model shares its parameters with ``model``; evaluation keeps using ``model`` (eager,
     float32), so metrics are comparable across speed options.
     """
-    autocast = bf16_autocast(device, bf16)  # an InputError here where bf16 is unsupported
+    speed = SpeedOptions(compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
+    speed.check(device)
     step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)
-    return step_model, mark_step, autocast, {"bf16": bf16, "compile": compile or cuda_graphs, "cuda_graphs": cuda_graphs}
+    return step_model, mark_step, bf16_autocast(device, bf16), speed.recorded()
 
 
 def fused_adamw_supported(params: Iterable[torch.Tensor]) -> bool:

@@ -6,6 +6,7 @@ import csv
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -55,3 +56,21 @@ def load() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def sync(device) -> None:
+    """Wait for the device's queued work (a GPU's kernels run asynchronously; a no-op on the CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step, first: int, n: int, device) -> float:
+    """Seconds for ``step(first)`` .. ``step(first + n - 1)``, the device's queue drained before and after."""
+    sync(device)
+    t = time.perf_counter()
+    for i in range(first, first + n):
+        step(i)
+    sync(device)
+    return time.perf_counter() - t

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,25 +26,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, load, machine, write_results  # noqa: E402
+from bench_io import command_line, load, machine, timed, write_results  # noqa: E402
 
 TASK_SHAPES = {"netsim": (64, 2), "brain": (80, 3)}  # tokens, coordinate dimensions (the window is the config's)
 N_DATA = 4096  # random windows to draw batches from
 
 
-def paper_windows(task: str) -> int | None:
-    """Training windows of one paper-preset run: netsim's config; brain's from its data (None without it)."""
+def paper_windows(task: str) -> tuple[int, int | None]:
+    """(epochs, training windows) of one paper-preset run: netsim's windows from its config, brain's from
+    its data (None without it)."""
     from trainers.config import make_masked_config
 
     cfg = make_masked_config(task, "paper")
     if task == "netsim":
-        return cfg.data.n_train
+        return cfg.optim.epochs, cfg.data.n_train
     try:
         from trainers.train_masked import load_task_data
 
-        return len(load_task_data(cfg)["splits"]["train"][0])
+        return cfg.optim.epochs, len(load_task_data(cfg)["splits"]["train"][0])
     except Exception:  # the brain data wheels are optional  # noqa: BLE001
-        return None
+        return cfg.optim.epochs, None
 
 
 def make_step(task: str, preset: str, device: torch.device, *, compile: bool = False, bf16: bool = False,
@@ -72,20 +72,6 @@ def make_step(task: str, preset: str, device: torch.device, *, compile: bool = F
         masked_step(step_model, opt, x[idx], masks[idx], autocast, mark_step)
 
     return step, bs
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(step, first: int, steps: int, device: torch.device) -> float:
-    sync(device)
-    t = time.perf_counter()
-    for i in range(first, first + steps):
-        step(i)
-    sync(device)
-    return time.perf_counter() - t
 
 
 def configs(device: torch.device, bf16: bool, compile: bool) -> list[tuple[str, dict]]:
@@ -153,11 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     for t, pr, name, _ in plan:
         mine, eager = rates[(t, pr, name)], rates[(t, pr, "eager")]
         best = max(mine)
-        hours = None
-        if pr == "paper" and windows[t]:
-            from trainers.config import make_masked_config
-
-            hours = round(make_masked_config(t, "paper").optim.epochs * windows[t] / best / 3600, 2)
+        epochs, n_windows = windows[t]
+        hours = round(epochs * n_windows / best / 3600, 2) if pr == "paper" and n_windows else None
         rows.append({"device": device.type, "task": t, "preset": pr, "config": name,
                      "windows_per_s": round(best, 1), "worst_round": round(min(mine), 1),
                      "x_eager": round(best / max(eager), 2),
@@ -189,7 +172,7 @@ def report(rows: list[dict], device: torch.device, loads: list[float], args, arg
         lines.append(f"| {r['task']} | {r['preset']} | {r['config']} | {r['windows_per_s']:.0f} | {r['worst_round']:.0f} | "
                      f"{r['x_eager']} | {r['x_eager_paired']} | {h} |")
     lines += ["", "paper run = the paper preset's epochs x its training windows ("
-              + ", ".join(f"{t}: {w if w else 'data not installed'}" for t, w in sorted(windows.items()))
+              + ", ".join(f"{t}: {w if w else 'data not installed'}" for t, (_, w) in sorted(windows.items()))
               + ") at the measured rate; evaluation and checkpoints not included.", ""]
     return "\n".join(lines)
 

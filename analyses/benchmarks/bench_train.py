@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, load, machine, write_results  # noqa: E402
+from bench_io import command_line, load, machine, sync, timed, write_results  # noqa: E402
 from side_by_side import side_by_side  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -110,11 +110,6 @@ def fake_data(device, seed=0):
     x = F.one_hot(shapes, N_IN + 1)[..., :N_IN].float()
     y = torch.randint(0, N_CLS, (N_TRAIN,), generator=g)
     return x.to(device), y.to(device)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _naive_step(d, device, seed=0):
@@ -291,12 +286,7 @@ def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, wor
 def _time(step, steps, warmup, device):
     for i in range(warmup):
         step(i)
-    sync(device)
-    t = time.perf_counter()
-    for i in range(steps):
-        step(warmup + i)
-    sync(device)
-    return time.perf_counter() - t
+    return timed(step, warmup, steps, device)
 
 
 # ----------------------------------------------------------------------------------------------

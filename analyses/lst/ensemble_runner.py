@@ -30,7 +30,9 @@ class EnsembleRunner(Runner):
                  speed: SpeedOptions | None = None, max_group: int | None = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.workers, self.speed, self.max_group = workers, speed, max_group
+        from trainers.train import SpeedOptions
+
+        self.workers, self.speed, self.max_group = workers, speed or SpeedOptions(), max_group
         self.log = log or (lambda s: print(s, flush=True))
         self._queue: list[tuple[RunSpec, Path]] = []
 
@@ -51,8 +53,7 @@ class EnsembleRunner(Runner):
         try:
             sp = self.speed
             train_ensemble([s.config() for s, _ in queue], [o for _, o in queue], log=self.log, workers=self.workers,
-                           max_group=self.max_group, compile=bool(sp and sp.compile), amp=bool(sp and sp.bf16),
-                           cuda_graphs=bool(sp and sp.cuda_graphs))
+                           max_group=self.max_group, compile=sp.compile, amp=sp.bf16, cuda_graphs=sp.cuda_graphs)
         except Exception as e:  # noqa: BLE001 - reported per run below; finished runs stay finished
             self.log(f"ensemble training failed: {type(e).__name__}: {e}")
         secs = time.time() - t0

@@ -162,7 +162,8 @@ def test_bench_masked_projects_a_paper_run_from_the_paper_config():
 
     from trainers.config import make_masked_config
 
-    assert bench_masked.paper_windows("netsim") == make_masked_config("netsim", "paper").data.n_train
+    cfg = make_masked_config("netsim", "paper")
+    assert bench_masked.paper_windows("netsim") == (cfg.optim.epochs, cfg.data.n_train)
 
 
 def test_gpu_targets_name_the_best_configuration_and_the_rate_the_sweep_needs():

@@ -427,11 +427,9 @@ def test_the_cuda_graph_code_path_trains_like_eager_when_run_on_the_cpu(tmp_path
     """--cuda-graphs is GPU only, but its code path (torch.compile mode reduce-overhead, a CUDA-graph step mark
     before every step) also runs on the CPU, where the mode has no graphs to record: with the GPU check
     bypassed it must train the same runs as eager (up to compiled float reordering), solo and ensemble."""
-    import trainers.ensemble as ens
     import trainers.train as tr
 
-    monkeypatch.setattr(tr, "check_cuda_graphs", lambda device, graphs: None)
-    monkeypatch.setattr(ens, "check_cuda_graphs", lambda device, graphs: None)
+    monkeypatch.setattr(tr, "check_cuda_graphs", lambda device, graphs: None)  # the one GPU check (SpeedOptions too)
     cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1)]
     train(cfgs[0], tmp_path / "solo-eager", log=quiet)
     train(cfgs[0], tmp_path / "solo-graphs", log=quiet, cuda_graphs=True)
