@@ -53,7 +53,7 @@ further groups. Results equal training each run alone (dropout 0).
 
 
 def _speed_flags(g, applies_to: str) -> None:
-    """--compile, --cuda-graphs, --bf16: the trainers' speed options (`trainers.train.speed_setup`)."""
+    """--compile, --cuda-graphs, --bf16, --tf32: the trainers' speed options (`trainers.train.speed_setup`)."""
     g.add_argument("--compile", action="store_true", help=f"torch.compile the training step ({applies_to}; "
                    "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
     g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
@@ -62,6 +62,9 @@ def _speed_flags(g, applies_to: str) -> None:
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
                    "native bf16 (AVX512-BF16/AMX; LayerNorm, softmax, the loss and the optimizer stay float32; "
                    "evaluation runs in float32); off by default")
+    g.add_argument("--tf32", action="store_true", help="GPU only: TensorFloat-32 float32 matrix products in the training "
+                   "step (inputs rounded to a 10-bit mantissa on the tensor cores, float32 accumulation; every other op "
+                   "and evaluation stay float32): a middle road between float32 and --bf16; off by default")
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -252,7 +255,8 @@ def masked_train_main(argv: list[str], task: str) -> int:
         overrides.update({"data.stride": args.stride, "data.test_subjects": args.test_subjects,
                           "data.n_test_subjects": args.n_test_subjects})
     cfg = make_masked_config(task, args.preset, overrides)
-    m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
+    m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs,
+                     tf32=args.tf32)
     print(f"{args.out}: train_mse {m.get('train_mse', float('nan')):.4f}  test_mse {m.get('test_mse', float('nan')):.4f}"
           f"  ood_mse {m.get('ood_mse', float('nan')):.4f} (predicting zero: {m.get('ood_mse_zero', float('nan')):.4f})"
           f"  (checkpoint: {Path(args.out) / 'last.pt'})")
@@ -272,7 +276,8 @@ def train_main(argv: list[str]) -> int:
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
-    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
+    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs,
+                    tf32=args.tf32)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
     return 0
@@ -326,7 +331,7 @@ def ensemble_main(args: argparse.Namespace) -> int:
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
     outs = [Path(args.out) / member_name(c) for c in cfgs]
     results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile, amp=args.bf16,
-                             workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs)
+                             workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     for out, m in zip(outs, results):
         print(f"{out}: train_acc {m.get('train_acc', float('nan')):.3f}  test_acc {m.get('test_acc', float('nan')):.3f}"
               f"  ood_acc {m.get('ood_acc', float('nan')):.3f}")

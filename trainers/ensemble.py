@@ -59,7 +59,7 @@ from torch.func import functional_call, vmap
 from pe_probe.errors import InputError
 from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
-from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device
+from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
 from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
@@ -417,13 +417,15 @@ def train_ensemble(
     amp: bool = False,
     workers: int | None = None,
     cuda_graphs: bool = False,
+    tf32: bool = False,
 ) -> list[dict[str, float]]:
     """Train (or resume, or report finished) one run per (cfg, out_dir); return each run's last metrics.
 
     max_group: at most this many members per batched group (default: all on a GPU, `CPU_GROUP` on
     the CPU); compile: ``torch.compile`` the batched training step (cuda_graphs: with CUDA graphs, GPU
     only, see `trainers.train.compiled_step`); amp: bf16 autocast (GPU, or a CPU
-    with native bf16, see `trainers.evaluate.bf16_autocast`); workers: on the CPU, batched groups
+    with native bf16, see `trainers.evaluate.bf16_autocast`); tf32: TensorFloat-32 matrix products in the
+    training steps (CUDA GPU, see `trainers.evaluate.tf32_matmuls`); workers: on the CPU, batched groups
     trained side by side, one thread and one core each (default: one per core; see `cpu_workers`).
     """
     if len(cfgs) != len(out_dirs):
@@ -442,7 +444,7 @@ def train_ensemble(
         validate(cfg)
     # settings that can fail are checked before any run folder is touched
     device = resolve_device(cfgs[0].device)
-    SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs).check(device)
+    SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs, tf32=tf32).check(device)
     if device.type == "cpu":
         keep_freed_memory()  # malloc keeps freed activation memory mapped (worker processes: _init_process)
     n_workers = cpu_workers(workers, cfgs, device, compile)
@@ -468,7 +470,7 @@ def train_ensemble(
         jobs += [members[j : j + size] for j in range(0, len(members), size)]
     processes = in_processes(n_workers, device, compile)  # compiled groups: one spawned process per core
     train_job = functools.partial(_train_group, gt=gt, log=_print if processes else log, compile=compile, amp=amp,
-                                  cuda_graphs=cuda_graphs)
+                                  cuda_graphs=cuda_graphs, tf32=tf32)
     runs = _run_jobs(jobs, n_workers, train_job, processes=processes)
     for job, metrics in zip(jobs, runs):
         for m, mk in zip(job, metrics):
@@ -591,12 +593,13 @@ def _print(line: str) -> None:
 
 
 def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Callable[[str], None], compile: bool,
-                 amp: bool, cuda_graphs: bool = False) -> list[dict[str, float]]:
+                 amp: bool, cuda_graphs: bool = False, tf32: bool = False) -> list[dict[str, float]]:
     cfg0 = members[0].cfg
     K = len(members)
     name_of = members[0].out.name if K == 1 else f"ensemble of {K} ({members[0].out.name}, ...)"  # for log lines
     device = resolve_device(cfg0.device)
     autocast = bf16_autocast(device) if amp else None
+    precision = tf32_matmuls(device, tf32)  # the whole step (forward, backward, optimizer); evaluation outside
 
     for m in members:
         m.model.to(device)
@@ -627,7 +630,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
                        torch_threads=torch.get_num_threads(),
-                       **SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs).recorded())
+                       **SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs, tf32=tf32).recorded())
 
     step_loss, mark_step = compiled_step(group_loss(base, stack.buffers, autocast), device, compile, cuda_graphs)
 
@@ -657,9 +660,10 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                 raise _Stopped(f"{name_of}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
             mark_step()
-            losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
-            grads = torch.autograd.grad(losses.sum(), params)
-            opt.step(dict(zip(stack.params, grads)))
+            with precision:
+                losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
+                grads = torch.autograd.grad(losses.sum(), params)
+                opt.step(dict(zip(stack.params, grads)))
             step += 1
 
         done = epoch + 1

@@ -102,6 +102,45 @@ def bf16_autocast(device: torch.device, enabled: bool = True) -> Any:
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+class MatmulPrecision:
+    """A reusable context that sets ``torch.backends.cuda.matmul.fp32_precision`` (``"tf32"`` or ``"ieee"``)
+    and restores the previous value on exit; re-entered once per training step, so the setting covers
+    the step (forward, backward, optimizer) and nothing else: evaluation keeps the process's setting.
+    The setting is process-wide: threads that step concurrently must use the same value."""
+
+    def __init__(self, value: str):
+        self.value = value
+        self._saved: list[str] = []
+
+    def __enter__(self) -> "MatmulPrecision":
+        self._saved.append(torch.backends.cuda.matmul.fp32_precision)
+        torch.backends.cuda.matmul.fp32_precision = self.value
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.backends.cuda.matmul.fp32_precision = self._saved.pop()
+
+
+def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
+    """TensorFloat-32 float32 matrix products on a CUDA GPU (a no-op context when not enabled); an
+    InputError on any other device.
+
+    TF32 rounds the inputs of each float32 matrix product to a 10-bit mantissa on the tensor cores and
+    accumulates in float32 (torch's ``set_float32_matmul_precision("high")`` for cuBLAS); parameters,
+    activations and every other op stay float32. A middle road between float32 and ``--bf16``.
+    """
+    import contextlib
+
+    from pe_probe.errors import InputError
+
+    if not enabled:
+        return contextlib.nullcontext()
+    if device.type != "cuda":
+        raise InputError(f"--tf32 needs a CUDA GPU (TensorFloat-32 is an NVIDIA tensor-core format; the device is "
+                         f"{device.type}); drop --tf32, or use --bf16 on a CPU with native bf16")
+    return MatmulPrecision("tf32")
+
+
 def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> tuple[PETransformer, TrainConfig]:
     """Rebuild the model a checkpoint was saved from and load its weights."""
     cfg = TrainConfig.from_dict(ckpt["config"])

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from pe_probe.errors import InputError
 from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
-from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics
+from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics, tf32_matmuls
 from trainers.memory import keep_freed_memory
 from trainers.model import PETransformer
 from trainers.provenance import PROVENANCE_FILE, record_session
@@ -108,37 +108,41 @@ class SpeedOptions:
     compile: bool = False
     bf16: bool = False
     cuda_graphs: bool = False
+    tf32: bool = False
 
     def kwargs(self) -> dict[str, bool]:
-        return {"compile": self.compile, "bf16": self.bf16, "cuda_graphs": self.cuda_graphs}
+        return {"compile": self.compile, "bf16": self.bf16, "cuda_graphs": self.cuda_graphs, "tf32": self.tf32}
 
     def cli_args(self) -> list[str]:
         return [flag for flag, on in (("--compile", self.compile), ("--bf16", self.bf16),
-                                      ("--cuda-graphs", self.cuda_graphs)) if on]
+                                      ("--cuda-graphs", self.cuda_graphs), ("--tf32", self.tf32)) if on]
 
     def check(self, device: torch.device) -> None:
         """An `InputError` (one line) where ``device`` cannot run these options."""
         check_cuda_graphs(device, self.cuda_graphs)
         bf16_autocast(device, self.bf16)
+        tf32_matmuls(device, self.tf32)
 
     def recorded(self) -> dict[str, bool]:
         """The settings a training session records in ``provenance.jsonl`` (CUDA graphs compile too)."""
-        return {"bf16": self.bf16, "compile": self.compile or self.cuda_graphs, "cuda_graphs": self.cuda_graphs}
+        return {"bf16": self.bf16, "compile": self.compile or self.cuda_graphs, "cuda_graphs": self.cuda_graphs,
+                "tf32": self.tf32}
 
 
 def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool = False, bf16: bool = False,
-                cuda_graphs: bool = False) -> tuple[Callable, Callable[[], None], Any, dict[str, bool]]:
+                cuda_graphs: bool = False, tf32: bool = False) -> tuple[Callable, Callable[[], None], Any, Any, dict[str, bool]]:
     """The speed options of a single-model trainer (LST and masked tasks alike), checked before anything
     is written: (the model as the training step calls it, what to call before each step, the autocast
-    context to step under, the settings to record in ``provenance.jsonl``).
+    context for the forward pass and loss, the precision context for the whole step (forward, backward,
+    optimizer: TF32 matrix products with ``tf32``), the settings to record in ``provenance.jsonl``).
 
     The stepping model shares its parameters with ``model``; evaluation keeps using ``model`` (eager,
-    float32), so metrics are comparable across speed options.
+    float32, outside both contexts), so metrics are comparable across speed options.
     """
-    speed = SpeedOptions(compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
+    speed = SpeedOptions(compile=compile, bf16=bf16, cuda_graphs=cuda_graphs, tf32=tf32)
     speed.check(device)
     step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)
-    return step_model, mark_step, bf16_autocast(device, bf16), speed.recorded()
+    return step_model, mark_step, bf16_autocast(device, bf16), tf32_matmuls(device, tf32), speed.recorded()
 
 
 def fused_adamw_supported(params: Iterable[torch.Tensor]) -> bool:
@@ -278,12 +282,14 @@ def train(
     compile: bool = False,
     bf16: bool = False,
     cuda_graphs: bool = False,
+    tf32: bool = False,
 ) -> dict[str, float]:
     """Train (or resume, or report a finished run) and return the last evaluation's metrics.
 
     ``compile`` wraps the model in `torch.compile` for the training steps (``cuda_graphs``: with CUDA
     graphs, see `compiled_step`); ``bf16`` runs them under bf16 autocast (GPU, or a CPU with native
-    bf16; see `bf16_autocast`). All are speed options, not
+    bf16; see `bf16_autocast`); ``tf32`` runs their float32 matrix products in TensorFloat-32 (CUDA
+    GPU; see `trainers.evaluate.tf32_matmuls`). All are speed options, not
     part of the run's config, so a run can be resumed with or without them (results then differ within
     floating-point tolerance).
     """
@@ -303,7 +309,8 @@ def train(
     model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)).to(device)
     optimizer = make_optimizer(model, cfg)
     # speed options fail here, before the run folder is touched, where unsupported
-    step_model, mark_step, autocast, speed = speed_setup(model, device, compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
+    step_model, mark_step, autocast, precision, speed = speed_setup(model, device, compile=compile, bf16=bf16,
+                                                                   cuda_graphs=cuda_graphs, tf32=tf32)
 
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
@@ -342,12 +349,13 @@ def train(
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
             mark_step()
-            with autocast:
-                logits = step_model(train_split.x[idx])
-                loss = F.cross_entropy(logits.float(), train_split.y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            with precision:  # TF32 matrix products for the whole step with --tf32 (a no-op otherwise)
+                with autocast:
+                    logits = step_model(train_split.x[idx])
+                    loss = F.cross_entropy(logits.float(), train_split.y[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
             step += 1
             loss_sum += loss.detach() * len(idx)
             correct += (logits.argmax(-1) == train_split.y[idx]).sum()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -117,18 +118,19 @@ def all_metrics(model: torch.nn.Module, splits: dict[str, MaskedSplit]) -> dict[
 
 
 def masked_step(step_model: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor,
-                autocast: Any, mark_step: Callable[[], None]) -> torch.Tensor:
+                autocast: Any, mark_step: Callable[[], None], precision: Any = None) -> torch.Tensor:
     """One optimizer step on the MSE of the masked tokens; returns the (detached) loss, left on the device.
 
-    ``step_model``, ``autocast`` and ``mark_step`` come from `trainers.train.speed_setup`; the loss is taken
-    in float32 whatever the autocast.
+    ``step_model``, ``autocast``, ``precision`` and ``mark_step`` come from `trainers.train.speed_setup`; the
+    loss is taken in float32 whatever the autocast.
     """
     mark_step()
-    with autocast:
-        loss = masked_mse(step_model(masked_input(x, mask)).float(), x, mask)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+    with precision or nullcontext():
+        with autocast:
+            loss = masked_mse(step_model(masked_input(x, mask)).float(), x, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
     return loss.detach()
 
 
@@ -141,10 +143,11 @@ def train_masked(
     compile: bool = False,
     bf16: bool = False,
     cuda_graphs: bool = False,
+    tf32: bool = False,
 ) -> dict[str, float]:
     """Train (or resume, or report a finished run) and return the last evaluation's metrics.
 
-    ``compile``, ``bf16`` and ``cuda_graphs`` are the speed options of `trainers.train.train` (see
+    ``compile``, ``bf16``, ``cuda_graphs`` and ``tf32`` are the speed options of `trainers.train.train` (see
     `trainers.train.speed_setup`): not part of the config, so a run resumes with or without them; the loss
     is taken in float32 and evaluation runs the float32 eager model.
     """
@@ -167,7 +170,8 @@ def train_masked(
     model = build_model(cfg, gt.coords, window).to(device)
     optimizer = make_optimizer(model, cfg)
     # speed options fail here, before the run folder is touched, where unsupported
-    step_model, mark_step, autocast, speed = speed_setup(model, device, compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
+    step_model, mark_step, autocast, precision, speed = speed_setup(model, device, compile=compile, bf16=bf16,
+                                                                   cuda_graphs=cuda_graphs, tf32=tf32)
 
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
@@ -201,7 +205,7 @@ def train_masked(
         loss_sum, seen = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            loss = masked_step(step_model, optimizer, train_x[idx], masks[idx], autocast, mark_step)
+            loss = masked_step(step_model, optimizer, train_x[idx], masks[idx], autocast, mark_step, precision)
             step += 1
             loss_sum += loss.double() * len(idx)
             seen += len(idx)

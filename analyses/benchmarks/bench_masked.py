@@ -8,7 +8,7 @@ Usage:
 What it times: `trainers.train_masked.masked_step`, the trainer's own step, on the model of each task and
 preset (netsim: 64 nodes x 16 samples; brain: 80 regions x 20 TRs), at the preset's batch size, on random
 windows with the trainer's random masks. Configurations: float32 eager (the default), ``--bf16`` (where
-the device has native bf16), ``--compile``, both, and on a GPU ``--cuda-graphs``. Rounds are interleaved
+the device has native bf16), ``--compile``, both, and on a GPU ``--tf32`` and ``--cuda-graphs``. Rounds are interleaved
 and each configuration's best round is kept; ``x eager`` divides it by the eager best round of the same
 task and preset, ``x eager (paired)`` is the median over rounds of the rate over the eager rate of that
 round. ``paper run (h)`` projects one paper-preset run (training steps only) at the measured rate.
@@ -49,7 +49,7 @@ def paper_windows(task: str) -> tuple[int, int | None]:
 
 
 def make_step(task: str, preset: str, device: torch.device, *, compile: bool = False, bf16: bool = False,
-              cuda_graphs: bool = False, seed: int = 0):
+              cuda_graphs: bool = False, tf32: bool = False, seed: int = 0):
     """(step function of the masked trainer on random data, batch size)."""
     from trainers.config import make_masked_config
     from trainers.train import make_optimizer, speed_setup
@@ -64,18 +64,21 @@ def make_step(task: str, preset: str, device: torch.device, *, compile: bool = F
     torch.manual_seed(seed)
     model = build_model(cfg, torch.randn(n_tok, dim, generator=g), window).to(device)
     opt = make_optimizer(model, cfg)
-    step_model, mark_step, autocast, _ = speed_setup(model, device, compile=compile, bf16=bf16, cuda_graphs=cuda_graphs)
+    step_model, mark_step, autocast, precision, _ = speed_setup(model, device, compile=compile, bf16=bf16,
+                                                                cuda_graphs=cuda_graphs, tf32=tf32)
     perm = torch.randperm(N_DATA, generator=g).to(device)
 
     def step(i: int) -> None:
         idx = perm[(i * bs) % (N_DATA - bs):][:bs]
-        masked_step(step_model, opt, x[idx], masks[idx], autocast, mark_step)
+        masked_step(step_model, opt, x[idx], masks[idx], autocast, mark_step, precision)
 
     return step, bs
 
 
 def configs(device: torch.device, bf16: bool, compile: bool) -> list[tuple[str, dict]]:
     out = [("eager", {})]
+    if device.type == "cuda":  # TensorFloat-32 matrix products: GPU only
+        out.append(("tf32", {"tf32": True}))
     if bf16:
         out.append(("bf16", {"bf16": True}))
     if compile:

@@ -31,6 +31,8 @@ all in this one run so their ratios share the machine's state:
 * *-compile: torch.compile of the step: `single-compile` (`pe-probe train --compile`) and the ensembles
   of --compile-ks (default 8) unless --no-compile, every ensemble with --compile. On the CPU compiled
   groups train as `train_ensemble --compile` trains them: in one-thread worker processes, side by side.
+* *-tf32 (GPU only): float32 with TensorFloat-32 matrix products in the step (`--tf32`), for the single
+  model and every ensemble, unless --no-tf32;
 * *-cudagraphs (GPU only): torch.compile with CUDA graphs (`--cuda-graphs`), for the single model and
   the ensembles of --compile-ks, unless --no-compile.
 All of them run with the torch thread count given by --threads (default: torch's default, all cores),
@@ -170,14 +172,15 @@ def _our_model(d, device, seed=0):
     return model, make_optimizer(model, cfg), cfg
 
 
-def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cuda_graphs=False):
+def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cuda_graphs=False, tf32=False):
     """One step function of our single-model trainer (the inner step of `trainers.train.train`)."""
-    from trainers.evaluate import bf16_autocast
+    from trainers.evaluate import bf16_autocast, tf32_matmuls
     from trainers.train import compiled_step
 
     x, y = fake_data(device)
     model, opt, _ = _our_model(d, device, seed=seed)
     fwd, mark_step = compiled_step(model, device, compile, cuda_graphs)
+    precision = tf32_matmuls(device, tf32)
     perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
     acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
            "loss_f": 0.0, "correct_i": 0}
@@ -185,12 +188,13 @@ def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cud
     def step(i):
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
         mark_step()
-        with bf16_autocast(device, bf16):
-            logits = fwd(x[idx])
-            loss = F.cross_entropy(logits.float(), y[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        with precision:
+            with bf16_autocast(device, bf16):
+                logits = fwd(x[idx])
+                loss = F.cross_entropy(logits.float(), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
         if nosync:
             acc["loss"] += loss.detach() * len(idx)
             acc["correct"] += (logits.argmax(-1) == y[idx]).sum()
@@ -201,8 +205,8 @@ def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cud
     return step
 
 
-def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, cuda_graphs=False, **_):
-    return _time(_single_step(d, device, nosync, compile, bf16, cuda_graphs=cuda_graphs), steps, warmup, device), 1
+def bench_single(d, device, steps, warmup, nosync=False, compile=False, bf16=False, cuda_graphs=False, tf32=False, **_):
+    return _time(_single_step(d, device, nosync, compile, bf16, cuda_graphs=cuda_graphs, tf32=tf32), steps, warmup, device), 1
 
 
 def bench_single_parallel(d, device, steps, warmup, bf16=False, compile=False, workers=None, **_):
@@ -216,10 +220,10 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, compile=False, w
     return side_by_side(_tuned, kws, warmup, steps), n
 
 
-def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
+def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, tf32=False):
     """One step function of a batched group of members (the step of `trainers.ensemble._train_group`)."""
     from trainers.ensemble import Stack, StackedOptimizer, group_loss, template_model
-    from trainers.evaluate import bf16_autocast
+    from trainers.evaluate import bf16_autocast, tf32_matmuls
     from trainers.train import compiled_step
 
     x, y = fake_data(device)
@@ -231,13 +235,15 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False):
     params = list(stack.params.values())
     del group
     fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs)
+    precision = tf32_matmuls(device, tf32)
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
         mark_step()
-        losses = fn(stack.params, x[idx], y[idx])
-        grads = torch.autograd.grad(losses.sum(), params)
-        opt.step(dict(zip(stack.params, grads)))
+        with precision:
+            losses = fn(stack.params, x[idx], y[idx])
+            grads = torch.autograd.grad(losses.sum(), params)
+            opt.step(dict(zip(stack.params, grads)))
 
     return step
 
@@ -253,7 +259,8 @@ def _groups_step(kws):
     return step
 
 
-def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, cuda_graphs=False, **_):
+def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, workers=None, cuda_graphs=False,
+                   tf32=False, **_):
     """K members as `trainers.ensemble.train_ensemble` trains them: batched groups (all K on a GPU; at most
     `CPU_GROUP` on the CPU), groups side by side on `cpu_workers` threads on the CPU, or in one-thread
     processes when compiled (`in_processes`)."""
@@ -264,8 +271,8 @@ def bench_ensemble(d, device, steps, warmup, k=8, compile=False, bf16=False, wor
     n_workers = cpu_workers(workers, [cfg], device, compile)
     size = group_size(k, n_workers)
     seed_groups = [list(range(lo, min(k, lo + size))) for lo in range(0, k, size)]
-    kws = [{"d": d, "device": device, "seeds": seeds, "bf16": bf16, "compile": compile, "cuda_graphs": cuda_graphs}
-           for seeds in seed_groups]
+    kws = [{"d": d, "device": device, "seeds": seeds, "bf16": bf16, "compile": compile, "cuda_graphs": cuda_graphs,
+            "tf32": tf32} for seeds in seed_groups]
     if in_processes(n_workers, device, compile):  # worker j trains groups j, j + n, ... each step
         n = min(n_workers, len(kws))
         return side_by_side(_tuned, [{"build": _groups_step, "kws": kws[j::n]} for j in range(n)], warmup, steps), k
@@ -331,6 +338,11 @@ def arithmetic_bound(d, device) -> dict:
     ours, _, _ = _our_model(d, device)
     out = {"flops_naive": flops_per_puzzle(NaiveModel(d).to(device), device), "flops_ours": flops_per_puzzle(ours, device),
            "gemm_fp32": gemm_rate(d, device, torch.float32)}
+    if device.type == "cuda":
+        from trainers.evaluate import tf32_matmuls
+
+        with tf32_matmuls(device):
+            out["gemm_tf32"] = gemm_rate(d, device, torch.float32)
     if device.type == "cuda" or cpu_has_bf16():
         out["gemm_bf16"] = gemm_rate(d, device, torch.bfloat16)
     return out
@@ -359,6 +371,8 @@ def plan(args):
             out.append(("single-bf16", d, bench_single, {"nosync": True, "bf16": True}, s))
             if not args.no_compile:
                 out.append(("single-bf16-compile", d, bench_single, {"nosync": True, "bf16": True, "compile": True}, s))
+        if args.tf32:  # TensorFloat-32: GPU only
+            out.append(("single-tf32", d, bench_single, {"nosync": True, "tf32": True}, s))
         if args.device == "cuda" and not args.no_compile:  # CUDA graphs: GPU only
             out.append(("single-cudagraphs", d, bench_single, {"nosync": True, "cuda_graphs": True}, s))
             if args.bf16:
@@ -368,6 +382,8 @@ def plan(args):
                 continue  # too slow / large for the shared CPU
             ks = max(2, s * 4 // k) if args.device == "cpu" else s  # fixed, fewer steps for big K on CPU
             out.append((f"ensemble-{k}", d, bench_ensemble, {"k": k}, ks))
+            if args.tf32:
+                out.append((f"ensemble-{k}-tf32", d, bench_ensemble, {"k": k, "tf32": True}, ks))
             if args.bf16:
                 out.append((f"ensemble-{k}-bf16", d, bench_ensemble, {"k": k, "bf16": True}, ks))
             if args.compile or (k in args.compile_ks and not args.no_compile):
@@ -399,6 +415,8 @@ def main(argv=None):
     p.add_argument("--bf16", action="store_true", help="add bf16-autocast variants (default where supported: a GPU, "
                    "or a CPU with native bf16)")
     p.add_argument("--no-bf16", action="store_true", help="no bf16 variants")
+    p.add_argument("--no-tf32", action="store_true", help="no TensorFloat-32 variants (by default a GPU times the "
+                   "single model and every ensemble with --tf32 too)")
     p.add_argument("--out", default=str(ROOT / "reports" / "benchmarks"))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -419,6 +437,7 @@ def main(argv=None):
     keep_freed_memory()  # as the CPU trainers run, for every configuration (the naive baselines too)
 
     args.bf16 = (args.bf16 or device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
+    args.tf32 = device.type == "cuda" and not args.no_tf32
     bounds = {d: arithmetic_bound(d, device) for d in args.d_models}
 
     configs = plan(args)
@@ -456,7 +475,9 @@ def main(argv=None):
             rate = measure(name, d, fn, kw, steps, r)
             if base and rate:
                 paired.setdefault((name, d), []).append(rate / base)
-        if not args.no_write:  # after every round: a run cut short (a GPU lease ending) keeps what it measured
+            if not args.no_write:  # after every configuration: a run cut short (a GPU lease ending) keeps what it measured
+                write(best, paired, device, load_seen, args, bounds, argv, rounds_done=r)
+        if not args.no_write:
             write(best, paired, device, load_seen, args, bounds, argv, rounds_done=r + 1)
     if args.no_write:
         print(report(finish(best, paired), device, load_seen, args, bounds))
@@ -509,7 +530,8 @@ def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> 
               "trainers (`trainers.memory`), the naive baselines included (conservative: they gain a little too; "
               "`memory.md`).", ""]
     if not final:
-        header += [f"**Partial: {rounds_done} of {args.rounds} rounds; the run had not finished when this was written.**", ""]
+        header += [f"**Partial: {rounds_done} of {args.rounds} rounds complete (and the configurations measured so far in "
+                   "the next); the run had not finished when this was written.**", ""]
     write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
 
 
@@ -536,6 +558,14 @@ def gpu_targets(by: dict, bounds: dict) -> list[str]:
     return lines
 
 
+def bound_header(precisions: list[str]) -> str:
+    """The arithmetic-bound table's header: four columns per precision measured."""
+    cols = ["d_model", "MFLOP/puzzle naive", "MFLOP/puzzle ours"]
+    for p in precisions:
+        cols += [f"GEMM {p} (GFLOP/s)", f"bound {p} (puzzles/s)", f"bound {p} x naive", f"full sweep at bound {p} (h)"]
+    return "| " + " | ".join(cols) + " |"
+
+
 def report(rows, device, loads, args, bounds) -> str:
     lines = [f"Device: {device.type}; machine: {machine(device)}.",
              f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f} "
@@ -553,19 +583,17 @@ def report(rows, device, loads, args, bounds) -> str:
     lines.append(f"full sweep = {SWEEP_RUNS} runs x {SWEEP_EPOCHS} epochs x {N_TRAIN} puzzles at the measured rate "
                  f"(for ensembles, the aggregate rate; evaluation and checkpoint time not included).")
     by = {(r["config"], r["d_model"]): r for r in rows}
+    precisions = [p for p in ("fp32", "tf32", "bf16") if any(f"gemm_{p}" in b for b in bounds.values())]
     lines += ["", "Arithmetic bound (measured in this run): training FLOPs per puzzle counted by torch's FlopCounterMode "
               "(naive: all 16 tokens through all 4 layers; ours: the last layer computes only the readout token), and "
               f"the rate of one matrix product of the model's shape, (128x16 x d) @ (d x 4d), at {torch.get_num_threads()} "
               "torch threads. `bound` = GEMM rate / FLOPs per puzzle: what a trainer doing only matrix products at that "
               "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer).", "",
-              "| d_model | MFLOP/puzzle naive | MFLOP/puzzle ours | GEMM fp32 (GFLOP/s) | bound fp32 (puzzles/s) | bound fp32 x naive "
-              "| full sweep at bound fp32 (h) | GEMM bf16 (GFLOP/s) | bound bf16 (puzzles/s) | bound bf16 x naive "
-              "| full sweep at bound bf16 (h) |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              bound_header(precisions), "| ---: " * (3 + 4 * len(precisions)) + "|"]
     for d, b in bounds.items():
         naive = by.get(("naive", d), {}).get("puzzles_per_s")
         cells = [f"{b['flops_naive'] / 1e6:.1f}", f"{b['flops_ours'] / 1e6:.1f}"]
-        for key in ("gemm_fp32", "gemm_bf16"):
+        for key in (f"gemm_{p}" for p in precisions):
             if key not in b:
                 cells += ["", "", "", ""]
                 continue

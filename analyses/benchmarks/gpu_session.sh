@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One prepared GPU check for issue 7, sized for a 15-minute GPU lease (about 8 minutes of work):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
-#   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, ensemble == solo, bf16 / compile /
-#      CUDA-graph runs of the LST and masked trainers);
+#   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, TF32 products, ensemble == solo,
+#      bf16 / compile / CUDA-graph / TF32 runs of the LST and masked trainers);
 #   3. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, ensembles up to
-#      K = 300 (the paper sweep's size), bf16 variants and the single-model trainer compiled and with CUDA
-#      graphs, with the projected wall time of the full paper sweep (rewritten after every round, so a
-#      timeout keeps the rounds already measured);
+#      K = 300 (the paper sweep's size), TF32 and bf16 variants and the single-model trainer compiled and
+#      with CUDA graphs, with the projected wall time of the full paper sweep (rewritten after every
+#      configuration, so a timeout keeps what was measured);
 #   4. masked_cuda.md/.csv, bench_masked.log : the masked-prediction trainer (netsim, brain) at the paper
-#      size, float32 and bf16 (no compiled rows: each would compile for tens of seconds).
+#      size, float32, TF32 and bf16 (no compiled rows: each would compile for tens of seconds).
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
 # With the device tool: run(command="bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=560).

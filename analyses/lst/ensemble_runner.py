@@ -53,7 +53,8 @@ class EnsembleRunner(Runner):
         try:
             sp = self.speed
             train_ensemble([s.config() for s, _ in queue], [o for _, o in queue], log=self.log, workers=self.workers,
-                           max_group=self.max_group, compile=sp.compile, amp=sp.bf16, cuda_graphs=sp.cuda_graphs)
+                           max_group=self.max_group, compile=sp.compile, amp=sp.bf16, cuda_graphs=sp.cuda_graphs,
+                           tf32=sp.tf32)
         except Exception as e:  # noqa: BLE001 - reported per run below; finished runs stay finished
             self.log(f"ensemble training failed: {type(e).__name__}: {e}")
         secs = time.time() - t0

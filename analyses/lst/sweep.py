@@ -81,6 +81,9 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
                              "--backend ray with GPU workers") from None
         if speed.cuda_graphs and dev.type != "cuda":
             raise InputError(f"--cuda-graphs needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda")
+        if speed.tf32 and dev.type != "cuda":
+            raise InputError(f"--tf32 needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda, or drop "
+                             "--tf32 (--bf16 on a CPU with native bf16)")
         speed.check(dev)
 
 
@@ -117,11 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--compile", action="store_true", help="torch.compile each run's training step (~25 s per run "
                    "or ensemble group to compile on a CPU)")
     g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs")
+    g.add_argument("--tf32", action="store_true", help="GPU only: TensorFloat-32 float32 matrix products in the "
+                   "training steps (evaluation stays float32)")
     g.add_argument("--ensemble-max", type=int, default=None, metavar="K",
                    help="ensemble backend: at most K runs per batched group (default: all on a GPU, 4 on the CPU)")
     args = p.parse_args(argv)
 
-    speed = SpeedOptions(compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs)
+    speed = SpeedOptions(compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     url = "://" in args.root
     if url and args.backend != "ray":
         p.error("a URL --root needs --backend ray")

@@ -51,6 +51,36 @@ def test_bench_train_writes_its_report_after_every_round_so_a_cut_short_run_keep
     assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} >= {"naive", "single", "ensemble-2"}
 
 
+def test_a_run_cut_short_in_its_first_round_keeps_the_configurations_already_measured(tmp_path, monkeypatch):
+    def cut(*a, **k):  # the lease ends at the first ensemble: the single-model rows must survive
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_train, "bench_ensemble", cut)
+    monkeypatch.setattr(bench_train, "plan", lambda args: [c for c in real_plan(args) if "parallel" not in c[0]])
+    argv = ["--d-models", "16", "--ks", "2", "--steps", "2", "--warmup", "1", "--rounds", "2", "--threads", "1",
+            "--no-bf16", "--no-compile", "--out", str(tmp_path)]
+    with pytest.raises(KeyboardInterrupt):
+        bench_train.main(argv)
+    assert "Partial: 0 of 2 rounds" in (tmp_path / "train.md").read_text()
+    assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} == {"naive", "single", "single-nosync"}
+
+
+def test_the_bound_table_has_a_column_group_per_precision_measured():
+    rows = [{"config": "naive", "d_model": 160, "models": 1, "steps": 2, "seconds": 1.0, "puzzles_per_s": 1000.0,
+             "worst_round": 900.0, "x_naive": 1.0, "x_naive_paired": 1.0, "x_naive_parallel": "",
+             "x_single_parallel": "", "sweep_hours": 2700.0}]
+    bounds = {160: {"flops_naive": 120e6, "flops_ours": 96e6, "gemm_fp32": 40e12, "gemm_tf32": 200e12, "gemm_bf16": 400e12}}
+    args = type("A", (), {"rounds": 1})()
+    text = bench_train.report(rows, torch.device("cpu"), [0.5], args, bounds)
+    header = next(line for line in text.splitlines() if line.startswith("| d_model | MFLOP"))
+    assert [c for c in ("fp32", "tf32", "bf16") if f"GEMM {c} (GFLOP/s)" in header] == ["fp32", "tf32", "bf16"]
+    row = next(line for line in text.splitlines() if line.startswith("| 160 | 120.0"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == len(header.strip("|").split("|")) == 15
+    # 40 TFLOP/s / 96 MFLOP per puzzle = 416,667/s, 416.67x naive, 9.72e9 puzzle-passes in 6.5 h
+    assert cells[3:7] == ["40000", "416667", "416.67", "6.5"]
+
+
 real_plan = bench_train.plan
 
 

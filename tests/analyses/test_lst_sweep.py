@@ -263,6 +263,7 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
     (["--sigmas", "0.1,-1"], "every sigma must be > 0"),
     (["--groups", "sigma,nope"], "unknown group(s) nope"),
     (["--cuda-graphs"], "--cuda-graphs needs the runs on a GPU"),
+    (["--tf32"], "--tf32 needs the runs on a GPU"),
     (["--ensemble-max", "4"], "--ensemble-max needs --backend ensemble"),
 ])
 def test_bad_sweep_input_is_a_one_line_error_before_anything_is_written(tmp_path, capsys, argv, needle):

@@ -2,7 +2,7 @@
 
 Run on a lent GPU by ``analyses/benchmarks/gpu_session.sh``; they check what the CPU tests cannot:
 the fused attention kernel on the GPU, the ensemble (one batch of K on a GPU) against solo training there,
-and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs) end to end, for the LST and the
+and the GPU speed options (bf16 autocast, torch.compile, CUDA graphs, TF32) end to end, for the LST and the
 masked (netsim) trainers. Ordered cheapest first (the compiled runs last): the GPU session gives them
 a fixed time, and a cut-off run keeps the results of those already done (``pytest -v``).
 """
@@ -27,6 +27,21 @@ def test_attention_on_the_gpu_is_the_written_out_maths():
     bias = torch.randn(64, 2, 16, 16, device="cuda", generator=g)
     want = attention_weights(q.double(), k.double(), bias.double()) @ v.double()
     torch.testing.assert_close(attend(q, k, v, attn_mask=bias).double(), want, rtol=1e-3, atol=1e-4)
+
+
+def test_tf32_changes_the_gpus_float32_products_only_inside_its_context():
+    from trainers.evaluate import tf32_matmuls
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(512, 512, device="cuda", generator=g)
+    b = torch.randn(512, 512, device="cuda", generator=g)
+    exact = a.double() @ b.double()
+    ieee = a @ b
+    with tf32_matmuls(torch.device("cuda")):
+        fast = a @ b
+    err_ieee, err_tf32 = ((ieee - exact).abs().max().item(), (fast - exact).abs().max().item())
+    assert err_tf32 > 10 * err_ieee  # 10-bit mantissa inputs vs float32's 23 bits
+    assert torch.equal(a @ b, ieee)  # and off again after the context
 
 
 def test_ensemble_matches_solo_training_on_the_gpu(tmp_path):
@@ -72,25 +87,30 @@ def test_training_steps_never_wait_for_the_gpu():
     torch.cuda.synchronize()
 
 
-@pytest.mark.parametrize("compile,bf16,graphs", [(False, True, False), (True, False, False), (True, True, False),
-                                                 (False, False, True), (False, True, True)])
-def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
+@pytest.mark.parametrize("compile,bf16,graphs,tf32", [(False, True, False, False), (True, False, False, False),
+                                                      (True, True, False, False), (False, False, True, False),
+                                                      (False, True, True, False), (False, False, False, True),
+                                                      (True, False, False, True)])
+def test_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs, tf32):
     cfg = tiny(device="cuda")
-    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
+    metrics = train(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs, tf32=tf32)
     assert math.isfinite(metrics["train_loss"]) and 0 <= metrics["ood_acc"] <= 1
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["epoch"] == cfg.optim.epochs
     ens = train_ensemble([tiny(seed=s, device="cuda") for s in (0, 1)], [tmp_path / "e0", tmp_path / "e1"],
-                         log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs)
+                         log=quiet, compile=compile, amp=bf16, cuda_graphs=graphs, tf32=tf32)
     assert all(math.isfinite(m["train_loss"]) for m in ens)
+    prov = [json.loads(s) for s in (tmp_path / "e1" / "provenance.jsonl").read_text().splitlines()]
+    assert prov[-1]["tf32"] is tf32 and torch.backends.cuda.matmul.fp32_precision != "tf32"  # restored after training
 
 
-@pytest.mark.parametrize("compile,bf16,graphs", [(False, True, False), (True, True, False), (False, False, True)])
-def test_masked_trainer_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs):
+@pytest.mark.parametrize("compile,bf16,graphs,tf32", [(False, True, False, False), (True, True, False, False),
+                                                      (False, False, True, False), (False, False, False, True)])
+def test_masked_trainer_gpu_speed_options_train_to_finite_metrics(tmp_path, compile, bf16, graphs, tf32):
     from trainers.config import make_masked_config
     from trainers.train_masked import train_masked
 
     cfg = make_masked_config("netsim", "quick", {"device": "cuda", "model.d_model": 16, "optim.epochs": 2,
                                                  "data.n_train": 96, "data.n_test": 32})
-    metrics = train_masked(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs)
+    metrics = train_masked(cfg, tmp_path / "run", log=quiet, compile=compile, bf16=bf16, cuda_graphs=graphs, tf32=tf32)
     assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["ood_mse"])
