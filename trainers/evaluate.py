@@ -103,22 +103,29 @@ def bf16_autocast(device: torch.device, enabled: bool = True) -> Any:
 
 
 class MatmulPrecision:
-    """A reusable context that sets ``torch.backends.cuda.matmul.fp32_precision`` (``"tf32"`` or ``"ieee"``)
-    and restores the previous value on exit; re-entered once per training step, so the setting covers
-    the step (forward, backward, optimizer) and nothing else: evaluation keeps the process's setting.
-    The setting is process-wide: threads that step concurrently must use the same value."""
+    """A reusable context that sets torch's float32 matrix-product precision (``"high"``: TF32 on CUDA
+    tensor cores; ``"highest"``: IEEE float32) and restores the previous one on exit; re-entered once per
+    training step, so the setting covers the step (forward, backward, optimizer) and nothing else:
+    evaluation keeps the process's setting. The setting is process-wide: threads that step concurrently
+    must use the same value.
 
-    def __init__(self, value: str):
-        self.value = value
+    Set through ``torch.set_float32_matmul_precision``, which keeps torch's legacy TF32 flags and the
+    newer ``fp32_precision`` ones in agreement: setting only ``torch.backends.cuda.matmul.fp32_precision``
+    leaves them mixed, and code that reads the legacy flags then fails ("mix of the legacy and new
+    APIs"): torch.compile's lowering of matrix products on the GPU did (pytorch/pytorch#166387, torch 2.10).
+    """
+
+    def __init__(self, precision: str):
+        self.precision = precision
         self._saved: list[str] = []
 
     def __enter__(self) -> "MatmulPrecision":
-        self._saved.append(torch.backends.cuda.matmul.fp32_precision)
-        torch.backends.cuda.matmul.fp32_precision = self.value
+        self._saved.append(torch.get_float32_matmul_precision())
+        torch.set_float32_matmul_precision(self.precision)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        torch.backends.cuda.matmul.fp32_precision = self._saved.pop()
+        torch.set_float32_matmul_precision(self._saved.pop())
 
 
 def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
@@ -138,7 +145,7 @@ def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
     if device.type != "cuda":
         raise InputError(f"--tf32 needs a CUDA GPU (TensorFloat-32 is an NVIDIA tensor-core format; the device is "
                          f"{device.type}); drop --tf32, or use --bf16 on a CPU with native bf16")
-    return MatmulPrecision("tf32")
+    return MatmulPrecision("high")
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> tuple[PETransformer, TrainConfig]:
