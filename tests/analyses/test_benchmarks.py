@@ -154,10 +154,28 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "bench_masked.log", "masked.csv",
-            "masked.md"} <= {p.name for p in tmp_path.iterdir()}
-    assert "cuda tests exit 0, benchmark exit 0, masked benchmark exit 0" in (tmp_path / "machine.txt").read_text()
+    assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
+            "profile.md", "bench_masked.log", "masked.csv", "masked.md"} <= {p.name for p in tmp_path.iterdir()}
+    assert ("cuda tests exit 0, benchmark exit 0, profile exit 0, masked benchmark exit 0"
+            in (tmp_path / "machine.txt").read_text())
     assert "skipped" in (tmp_path / "cuda_tests.log").read_text()  # no GPU here: the CUDA tests skip, not fail
+
+
+def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path):
+    import profile_step
+
+    argv = ["--d-model", "16", "--k", "2", "--steps", "2", "--warmup", "1", "--configs", "single,ensemble",
+            "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    rows = {r["config"]: r for r in csv.DictReader(open(tmp_path / "profile.csv"))}
+    assert set(rows) == {"single", "ensemble"} and rows["ensemble"]["models"] == "2"
+    assert all(float(r["wall_ms_per_step"]) > 0 and float(r["puzzles_per_s"]) > 0 for r in rows.values())
+    assert all(r["device_busy_fraction"] == "" for r in rows.values())  # the CPU has no device timeline
+    text = (tmp_path / "profile.md").read_text()
+    assert "## single: top 15 operators" in text and "aten::" in text
+    with pytest.raises(SystemExit):
+        profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
 
 
 def test_bench_attention_writes_both_paths_for_every_shape(tmp_path):

@@ -1,0 +1,151 @@
+"""Where a training step's time goes: wall time against the device's busy time, kernels per step, and
+the top operators, for the single model and one batched ensemble group.
+
+Usage:
+  python analyses/benchmarks/profile_step.py --device cuda --d-model 160 --k 300   # in gpu_session.sh
+  python analyses/benchmarks/profile_step.py --d-model 64 --k 4                    # the CPU (one thread)
+
+The GPU lease is short and comes rarely, so the session records why a configuration is as fast as it
+is, not only how fast: on a GPU a step whose kernels keep the device busy for a small part of its wall
+time is bound by kernel launches and host work (where CUDA graphs and bigger ensembles help); one
+whose device is busy most of the time is bound by the kernels themselves (where bf16 / TF32 help).
+
+Each configuration builds the step of `bench_train` (`_single_step`, `_group_step`: the trainers'
+own steps on random puzzles), runs --warmup steps, times --steps steps, then records --steps more
+under torch.profiler. Writes OUT/profile.csv (per configuration: wall ms per step, device-busy ms per
+step and its fraction of the wall time, device kernels per step, peak device memory) and
+OUT/profile.md (that table and each configuration's top operators by device time, or by CPU time on
+the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent))
+
+import torch  # noqa: E402
+from bench_io import command_line, machine, sync, timed, write_results  # noqa: E402
+
+CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
+TOP = 15  # operators listed per configuration
+
+
+def build(config: str, d: int, k: int, device: torch.device):
+    """(step function, puzzles per step) of one configuration (`bench_train`'s steps)."""
+    import bench_train
+
+    bf16, tf32 = config.endswith("-bf16"), config.endswith("-tf32")
+    if config.startswith("single"):
+        return bench_train._single_step(d, device, nosync=True, bf16=bf16, tf32=tf32), bench_train.BATCH
+    return bench_train._group_step(d, device, list(range(k)), bf16=bf16, tf32=tf32), k * bench_train.BATCH
+
+
+def device_events(prof, device: torch.device) -> tuple[float, int]:
+    """(busy microseconds, number of kernels and copies) the device ran in the profiled steps."""
+    if device.type != "cuda":
+        return float("nan"), 0
+    from torch.autograd import DeviceType
+
+    busy, n = 0.0, 0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            busy += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            n += 1
+    return busy, n
+
+
+def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, warmup: int) -> tuple[dict, str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    step, puzzles = build(config, d, k, device)
+    for i in range(warmup):
+        step(i)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    wall = timed(step, warmup, steps, device) / steps
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for i in range(warmup + steps, warmup + 2 * steps):
+            step(i)
+        sync(device)
+    busy_us, kernels = device_events(prof, device)
+    row = {"config": config, "d_model": d, "models": 1 if config.startswith("single") else k, "steps": steps,
+           "wall_ms_per_step": round(wall * 1e3, 3), "puzzles_per_s": round(puzzles / wall, 1),
+           "device_busy_ms_per_step": round(busy_us / 1e3 / steps, 3) if kernels else "",
+           "device_busy_fraction": round(busy_us / 1e6 / steps / wall, 3) if kernels else "",
+           "kernels_per_step": round(kernels / steps, 1) if kernels else "",
+           "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else ""}
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=TOP, max_name_column_width=60)
+    return row, table
+
+
+def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv) -> str:
+    lines = ["# Where a training step's time goes", "",
+             f"Written by `{command_line('profile_step.py', argv).strip()}` (raw numbers: `profile.csv`). "
+             "`wall` is a timed step; `device busy` sums the device's kernels and copies in the profiled steps "
+             "(the profiler adds a little host time, not device time); a busy fraction well below 1 means the "
+             "step waits on kernel launches and host work, not on arithmetic.",
+             f"Device: {device.type}; machine: {machine(device)}.", "",
+             "| config | d_model | models | wall ms/step | puzzles/s | device busy ms/step | busy fraction "
+             "| kernels/step | peak device MiB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['config']} | {r['d_model']} | {r['models']} | {r['wall_ms_per_step']} | "
+                     f"{r['puzzles_per_s']:.0f} | {r['device_busy_ms_per_step']} | {r['device_busy_fraction']} | "
+                     f"{r['kernels_per_step']} | {r['peak_device_mib']} |")
+    for config, table in tables.items():
+        lines += ["", f"## {config}: top {TOP} operators", "", "```", table.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--k", type=int, default=4, help="members of the ensemble group (default 4)")
+    p.add_argument("--configs", default=None, help=f"comma list of {', '.join(CONFIGS)} (default: all the device "
+                   "runs; tf32 GPU only, bf16 where supported)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--out", default="out/profile")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device available")
+    torch.set_num_threads(args.threads)
+    from trainers.evaluate import cpu_has_bf16
+    from trainers.memory import keep_freed_memory
+
+    keep_freed_memory()
+    if args.configs:
+        configs = args.configs.split(",")
+        unknown = sorted(set(configs) - set(CONFIGS))
+        if unknown:
+            p.error(f"unknown --configs {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    else:
+        bf16 = device.type == "cuda" or cpu_has_bf16()
+        configs = [c for c in CONFIGS if (bf16 or "bf16" not in c) and (device.type == "cuda" or "tf32" not in c)]
+    rows, tables = [], {}
+    for config in configs:
+        try:
+            row, table = profile_one(config, args.d_model, args.k, device, args.steps, args.warmup)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # record and go on: the lease is short
+            print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
+            continue
+        rows.append(row)
+        tables[config] = table
+        print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "
+              f"kernels/step {row['kernels_per_step']}", flush=True)
+        write_results(args.out, "profile", rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
