@@ -24,7 +24,19 @@ from trainers.config import ModelConfig, PEConfig
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
 
-MATH_ATTENTION_MAX_TOKENS = 32  # on the CPU, up to this many keys the plain matmul-softmax path is faster
+# On the CPU, up to this many keys the plain matmul-softmax path is faster than the fused kernel (forward +
+# backward; ``analyses/benchmarks/bench_attention.py``): in float32 (kept at 32, so the netsim / brain
+# models, 64 / 80 tokens, keep the fused kernel their committed reports were trained with) and under
+# bf16 autocast (the fused kernel then runs in float32, which the bf16 matrix products beat at every
+# length measured, up to 512 keys).
+MATH_ATTENTION_MAX_TOKENS = 32
+MATH_ATTENTION_MAX_TOKENS_BF16 = 512
+
+
+def math_attention_limit() -> int:
+    """Most keys for which `attend` takes the matmul-softmax path on the CPU, under the current autocast."""
+    bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return MATH_ATTENTION_MAX_TOKENS_BF16 if bf16 else MATH_ATTENTION_MAX_TOKENS
 
 
 def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
@@ -47,13 +59,13 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
     """Attention output softmax(q k^T / sqrt(hs) + mask) v: `F.scaled_dot_product_attention`'s maths.
 
-    On the CPU with at most `MATH_ATTENTION_MAX_TOKENS` keys (the study's 16 tokens) it runs as two
-    matrix products and a softmax: at 16 tokens that is 1.05-1.8x faster than the fused CPU kernel in
-    float32 and 2.2-13x under bf16 autocast (forward + backward, torch 2.13:
-    ``analyses/benchmarks/bench_attention.py``). Elsewhere the fused kernel runs, in float32
-    under CPU bf16 autocast (the CPU's bf16 kernel is several times slower at these sizes).
+    On the CPU with at most `math_attention_limit` keys (float32: 32, the study's 16 tokens; bf16
+    autocast: 512, the netsim / brain models' 64 / 80 too) it runs as two matrix products and a softmax,
+    faster there than the fused CPU kernel (forward + backward; ``analyses/benchmarks/bench_attention.py``
+    and its report). Elsewhere the fused kernel runs, in float32 under CPU bf16 autocast (the CPU's bf16
+    kernel is several times slower at these sizes).
     """
-    if q.device.type == "cpu" and k.shape[-2] <= MATH_ATTENTION_MAX_TOKENS:
+    if q.device.type == "cpu" and k.shape[-2] <= math_attention_limit():
         w = attention_weights(q, k, attn_mask)
         return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):

@@ -178,14 +178,20 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     assert not (tmp_path / "bad").exists()
 
 
-def test_bench_attention_writes_both_paths_for_every_shape(tmp_path):
+def test_bench_attention_writes_every_path_for_every_shape(tmp_path):
     import bench_attention
+
+    from trainers.evaluate import cpu_has_bf16
 
     assert bench_attention.main(["--rounds", "1", "--reps", "1", "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader(open(tmp_path / "attention.csv")))
     assert {int(r["keys"]) for r in rows} == {s[3] for s in bench_attention.SHAPES}
-    assert all(float(r["fused_ms"]) > 0 and float(r["attend_ms"]) > 0 for r in rows)
-    assert {r["attend_path"] for r in rows} == {"matmul-softmax", "fused"}
+    assert all(float(r[c]) > 0 for r in rows for c in ("fused_ms", "fused_fp32_ms", "math_ms", "attend_ms"))
+    paths = {(r["arithmetic"], int(r["keys"])): r["attend_path"] for r in rows}
+    assert paths[("float32", 16)] == "matmul-softmax" and paths[("float32", 64)] == "fused float32"
+    if cpu_has_bf16():
+        assert paths[("bf16 autocast", 80)] == "matmul-softmax"
+    assert {r["fused_ms"] == r["fused_fp32_ms"] for r in rows if r["arithmetic"] == "float32"} == {True}
     assert "fused SDPA" in (tmp_path / "attention.md").read_text()
 
 

@@ -189,3 +189,32 @@ def test_small_attention_under_cpu_bf16_autocast_is_close_to_float32():
         out = attend(q, k, v)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("keys,bf16,fused", [(16, False, False), (33, False, True), (64, False, True),
+                                             (64, True, False), (80, True, False), (512, True, False),
+                                             (513, True, True)])
+def test_the_cpu_attention_path_depends_on_length_and_autocast(monkeypatch, keys, bf16, fused):
+    """Matmul-softmax up to 32 keys in float32 (the netsim / brain models, 64 / 80 tokens, keep the fused
+    kernel their reports were trained with), up to 512 under bf16 autocast; the fused kernel beyond, in
+    float32 under autocast."""
+    import torch.nn.functional as F
+
+    from trainers.model import attend, math_attention_limit
+
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, *a, **kw):
+        calls.append(q.dtype)
+        return real(q, *a, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    q, k, v = _qkv(4, keys, nh=1, b=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        assert math_attention_limit() == (512 if bf16 else 32)
+        out = attend(q, k, v)
+    assert calls == ([torch.float32] if fused else [])
+    assert out.dtype == (torch.bfloat16 if bf16 and not fused else torch.float32)
+    ref = real(q, k, v)
+    torch.testing.assert_close(out.float(), ref, **({"rtol": 0.05, "atol": 0.05} if bf16 else {}))
