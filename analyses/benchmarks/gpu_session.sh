@@ -7,7 +7,7 @@
 #      K = 300 (the paper sweep's size), TF32 and bf16 variants and the single-model trainer compiled and
 #      with CUDA graphs, with the projected wall time of the full paper sweep (rewritten after every
 #      configuration, so a timeout keeps what was measured);
-#   4. profile.md/.csv, profile.log : where a step's time goes (wall vs GPU-busy time, kernels per step,
+#   4. profile_cuda.md/.csv, profile.log : where a step's time goes (wall vs GPU-busy time, kernels per step,
 #      top kernels) for the single model and an ensemble group of K = 300 in float32, TF32 and bf16, so a
 #      missed target says whether launches or arithmetic bound it;
 #   5. masked_cuda.md/.csv, bench_masked.log : the masked-prediction trainer (netsim, brain) at the paper

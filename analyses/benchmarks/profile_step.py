@@ -3,7 +3,8 @@ the top operators, for the single model and one batched ensemble group.
 
 Usage:
   python analyses/benchmarks/profile_step.py --device cuda --d-model 160 --k 300   # in gpu_session.sh
-  python analyses/benchmarks/profile_step.py --d-model 64 --k 4                    # the CPU (one thread)
+  python analyses/benchmarks/profile_step.py --d-model 64 --k 4 --configs single,single-bf16,ensemble,\
+      ensemble-bf16,ensemble-bf16-compile --out reports/benchmarks                  # the CPU, one thread
 
 The GPU lease is short and comes rarely, so the session records why a configuration is as fast as it
 is, not only how fast: on a GPU a step whose kernels keep the device busy for a small part of its wall
@@ -12,7 +13,7 @@ whose device is busy most of the time is bound by the kernels themselves (where 
 
 Each configuration builds the step of `bench_train` (`_single_step`, `_group_step`: the trainers'
 own steps on random puzzles), runs --warmup steps, times --steps steps, then records --steps more
-under torch.profiler. Writes OUT/profile.csv (per configuration: wall ms per step, device-busy ms per
+under torch.profiler. Writes OUT/profile.csv (profile_cuda.* on a GPU) (per configuration: wall ms per step, device-busy ms per
 step and its fraction of the wall time, device kernels per step, peak device memory) and
 OUT/profile.md (that table and each configuration's top operators by device time, or by CPU time on
 the CPU).
@@ -32,6 +33,7 @@ import torch  # noqa: E402
 from bench_io import command_line, machine, sync, timed, write_results  # noqa: E402
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
+OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
 TOP = 15  # operators listed per configuration
 
 
@@ -39,10 +41,11 @@ def build(config: str, d: int, k: int, device: torch.device):
     """(step function, puzzles per step) of one configuration (`bench_train`'s steps)."""
     import bench_train
 
-    bf16, tf32 = config.endswith("-bf16"), config.endswith("-tf32")
+    parts = config.split("-")
+    kw = {"bf16": "bf16" in parts, "tf32": "tf32" in parts, "compile": "compile" in parts}
     if config.startswith("single"):
-        return bench_train._single_step(d, device, nosync=True, bf16=bf16, tf32=tf32), bench_train.BATCH
-    return bench_train._group_step(d, device, list(range(k)), bf16=bf16, tf32=tf32), k * bench_train.BATCH
+        return bench_train._single_step(d, device, nosync=True, **kw), bench_train.BATCH
+    return bench_train._group_step(d, device, list(range(k)), **kw), k * bench_train.BATCH
 
 
 def device_events(prof, device: torch.device) -> tuple[float, int]:
@@ -59,15 +62,37 @@ def device_events(prof, device: torch.device) -> tuple[float, int]:
     return busy, n
 
 
+def fresh_compile(on: bool, kernel_profile: bool):
+    """A context in which ``torch.compile`` compiles anew (no Dynamo or FX-graph cache entry reused), with
+    or without Inductor's per-kernel profiler rows on the CPU; a no-op context unless ``on``."""
+    import contextlib
+
+    if not on:
+        return contextlib.nullcontext()
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()  # new models of the same class would otherwise reuse the compiled code
+    return inductor_config.patch({"cpp.enable_kernel_profile": kernel_profile, "fx_graph_cache": False})
+
+
 def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, warmup: int) -> tuple[dict, str]:
     from torch.profiler import ProfilerActivity, profile
 
-    step, puzzles = build(config, d, k, device)
-    for i in range(warmup):
-        step(i)
+    per_kernel = device.type == "cpu" and "compile" in config
+    with fresh_compile(per_kernel, kernel_profile=False):
+        step, puzzles = build(config, d, k, device)
+        for i in range(warmup):
+            step(i)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     wall = timed(step, warmup, steps, device) / steps
+    if per_kernel:
+        # a second compiled copy whose generated C++ kernels report themselves to the profiler (one row per
+        # fused kernel instead of one per graph); they run slower, so the wall time above is the plain copy's
+        with fresh_compile(True, kernel_profile=True):
+            step, _ = build(config, d, k, device)
+            for i in range(warmup):
+                step(i)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         for i in range(warmup + steps, warmup + 2 * steps):
@@ -90,7 +115,9 @@ def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv)
              f"Written by `{command_line('profile_step.py', argv).strip()}` (raw numbers: `profile.csv`). "
              "`wall` is a timed step; `device busy` sums the device's kernels and copies in the profiled steps "
              "(the profiler adds a little host time, not device time); a busy fraction well below 1 means the "
-             "step waits on kernel launches and host work, not on arithmetic.",
+             "step waits on kernel launches and host work, not on arithmetic. Compiled CPU steps are profiled "
+             "in a second compiled copy that reports each generated kernel (slower than the timed copy: read "
+             "their tables as shares).",
              f"Device: {device.type}; machine: {machine(device)}.", "",
              "| config | d_model | models | wall ms/step | puzzles/s | device busy ms/step | busy fraction "
              "| kernels/step | peak device MiB |",
@@ -109,12 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--k", type=int, default=4, help="members of the ensemble group (default 4)")
-    p.add_argument("--configs", default=None, help=f"comma list of {', '.join(CONFIGS)} (default: all the device "
-                   "runs; tf32 GPU only, bf16 where supported)")
+    p.add_argument("--configs", default=None, help=f"comma list of {', '.join(CONFIGS + OPTIONAL)} (default: "
+                   "the uncompiled ones the device runs; tf32 GPU only, bf16 where supported; compiled steps list "
+                   "Inductor's generated kernels one by one)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--out", default="out/profile")
+    p.add_argument("--out", default="out/profile", help="folder for profile.md / .csv (default out/profile)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -126,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
     if args.configs:
         configs = args.configs.split(",")
-        unknown = sorted(set(configs) - set(CONFIGS))
+        unknown = sorted(set(configs) - set(CONFIGS + OPTIONAL))
         if unknown:
-            p.error(f"unknown --configs {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+            p.error(f"unknown --configs {', '.join(unknown)}; choose from {', '.join(CONFIGS + OPTIONAL)}")
     else:
         bf16 = device.type == "cuda" or cpu_has_bf16()
         configs = [c for c in CONFIGS if (bf16 or "bf16" not in c) and (device.type == "cuda" or "tf32" not in c)]
@@ -143,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         tables[config] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "
               f"kernels/step {row['kernels_per_step']}", flush=True)
-        write_results(args.out, "profile", rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
+        stem = "profile" if device.type == "cpu" else f"profile_{device.type}"
+        write_results(args.out, stem, rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
     return 0 if rows else 1
 
 

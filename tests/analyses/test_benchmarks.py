@@ -178,6 +178,17 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
+def test_profile_step_lists_the_generated_kernels_of_a_compiled_cpu_step(tmp_path):
+    import profile_step
+
+    argv = ["--d-model", "16", "--k", "2", "--steps", "2", "--warmup", "1", "--configs", "single-compile",
+            "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    text = (tmp_path / "profile.md").read_text()
+    assert "| single-compile | 16 | 1 |" in text and "cpp_fused" in text  # one row per Inductor kernel
+
+
 def test_bench_attention_writes_every_path_for_every_shape(tmp_path):
     import bench_attention
 
