@@ -229,6 +229,18 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
     return _linear(out, P["head.weight"], P["head.bias"])  # (K, B, n_classes)
 
 
+def group_step(step_loss: Callable[..., Tensor], stack: Stack, opt: "StackedOptimizer", xb: Tensor, yb: Tensor,
+               precision: Any, mark_step: Callable[[], None]) -> None:
+    """One optimizer step of a batched group: ``step_loss`` (`group_loss`, compiled or not) on each member's
+    batch (xb (K, b, N, n_in), yb (K, b)), gradients of the summed losses (each member's own), the stacked
+    optimizer; under ``precision`` (TF32 with --tf32) throughout, as `trainers.train.lst_step`."""
+    mark_step()
+    with precision:
+        losses = step_loss(stack.params, xb, yb)  # (K,)
+        grads = torch.autograd.grad(losses.sum(), list(stack.params.values()))
+        opt.step(dict(zip(stack.params, grads)))
+
+
 def group_loss(base: PETransformer, buffers: dict[str, Tensor], autocast: Any = None) -> Callable[..., Tensor]:
     """The batched training loss of a group, (params, xb (K, b, N, n_in), yb (K, b)) -> (K,): each
     member's mean cross-entropy on its own batch (under ``autocast`` if given). The function a training
@@ -647,7 +659,6 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                 save_checkpoint(payload, m.out / LAST)
 
     epochs, bs = cfg0.optim.epochs, cfg0.optim.batch_size
-    params = list(stack.params.values())
     base.train()
     t0 = time.time()
     for epoch in range(start_epoch, epochs):
@@ -659,11 +670,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
             if stop is not None and stop.is_set():
                 raise _Stopped(f"{name_of}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
-            mark_step()
-            with precision:
-                losses = step_loss(stack.params, train_split.x[idx], train_split.y[idx])  # (K,)
-                grads = torch.autograd.grad(losses.sum(), params)
-                opt.step(dict(zip(stack.params, grads)))
+            group_step(step_loss, stack, opt, train_split.x[idx], train_split.y[idx], precision, mark_step)
             step += 1
 
         done = epoch + 1

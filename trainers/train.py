@@ -117,6 +117,10 @@ class SpeedOptions:
         return [flag for flag, on in (("--compile", self.compile), ("--bf16", self.bf16),
                                       ("--cuda-graphs", self.cuda_graphs), ("--tf32", self.tf32)) if on]
 
+    def gpu_only(self) -> list[str]:
+        """The flags of the options that are on and run only on a CUDA GPU."""
+        return [flag for flag, on in (("--cuda-graphs", self.cuda_graphs), ("--tf32", self.tf32)) if on]
+
     def check(self, device: torch.device) -> None:
         """An `InputError` (one line) where ``device`` cannot run these options."""
         check_cuda_graphs(device, self.cuda_graphs)
@@ -143,6 +147,25 @@ def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool =
     speed.check(device)
     step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)
     return step_model, mark_step, bf16_autocast(device, bf16), tf32_matmuls(device, tf32), speed.recorded()
+
+
+def lst_step(step_model: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+             autocast: Any, precision: Any, mark_step: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on the cross-entropy of a batch; returns (logits, loss), left on the device.
+
+    ``step_model``, ``autocast``, ``precision`` and ``mark_step`` come from `speed_setup`: the precision
+    context covers the whole step (forward, backward, optimizer), autocast the forward pass; the loss is
+    taken in float32 whatever the autocast.
+    """
+    mark_step()
+    with precision:  # TF32 matrix products for the whole step with --tf32 (a no-op otherwise)
+        with autocast:
+            logits = step_model(x)
+            loss = F.cross_entropy(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return logits, loss
 
 
 def fused_adamw_supported(params: Iterable[torch.Tensor]) -> bool:
@@ -348,14 +371,8 @@ def train(
         seen = 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            mark_step()
-            with precision:  # TF32 matrix products for the whole step with --tf32 (a no-op otherwise)
-                with autocast:
-                    logits = step_model(train_split.x[idx])
-                    loss = F.cross_entropy(logits.float(), train_split.y[idx])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+            logits, loss = lst_step(step_model, optimizer, train_split.x[idx], train_split.y[idx], autocast, precision,
+                                    mark_step)
             step += 1
             loss_sum += loss.detach() * len(idx)
             correct += (logits.argmax(-1) == train_split.y[idx]).sum()

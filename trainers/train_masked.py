@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -118,14 +117,14 @@ def all_metrics(model: torch.nn.Module, splits: dict[str, MaskedSplit]) -> dict[
 
 
 def masked_step(step_model: Callable, optimizer: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor,
-                autocast: Any, mark_step: Callable[[], None], precision: Any = None) -> torch.Tensor:
+                autocast: Any, precision: Any, mark_step: Callable[[], None]) -> torch.Tensor:
     """One optimizer step on the MSE of the masked tokens; returns the (detached) loss, left on the device.
 
     ``step_model``, ``autocast``, ``precision`` and ``mark_step`` come from `trainers.train.speed_setup`; the
     loss is taken in float32 whatever the autocast.
     """
     mark_step()
-    with precision or nullcontext():
+    with precision:
         with autocast:
             loss = masked_mse(step_model(masked_input(x, mask)).float(), x, mask)
         optimizer.zero_grad(set_to_none=True)
@@ -205,7 +204,7 @@ def train_masked(
         loss_sum, seen = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, n_train, bs):
             idx = perm[i : i + bs]
-            loss = masked_step(step_model, optimizer, train_x[idx], masks[idx], autocast, mark_step, precision)
+            loss = masked_step(step_model, optimizer, train_x[idx], masks[idx], autocast, precision, mark_step)
             step += 1
             loss_sum += loss.double() * len(idx)
             seen += len(idx)

@@ -70,7 +70,7 @@ def make_step(task: str, preset: str, device: torch.device, *, compile: bool = F
 
     def step(i: int) -> None:
         idx = perm[(i * bs) % (N_DATA - bs):][:bs]
-        masked_step(step_model, opt, x[idx], masks[idx], autocast, mark_step, precision)
+        masked_step(step_model, opt, x[idx], masks[idx], autocast, precision, mark_step)
 
     return step, bs
 

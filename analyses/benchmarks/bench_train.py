@@ -19,8 +19,8 @@ all in this one run so their ratios share the machine's state:
   the ensemble (column `x single-parallel`, against the variant of the same precision and compilation:
   with --compile, `single-parallel-compile` and `single-parallel-bf16-compile` compile each process's step);
 * single: our `PETransformer` (`trainers.model.attend`: matmul-softmax attention on the CPU at 16 tokens,
-  fused SDPA elsewhere; the last layer computes only the readout token) with the step of
-  `trainers.train.train`;
+  fused SDPA elsewhere; the last layer computes only the readout token) with the trainer's own step,
+  `trainers.train.lst_step`;
 * single-nosync: the same, accumulating loss / accuracy on the device (no per-step host sync);
 * ensemble-K: K members trained as `trainers.ensemble.train_ensemble` trains them: batched groups (stacked
   parameters, one batched matrix product per layer, fused AdamW on member slices, each member with its own batch
@@ -173,28 +173,20 @@ def _our_model(d, device, seed=0):
 
 
 def _single_step(d, device, nosync=False, compile=False, bf16=False, seed=0, cuda_graphs=False, tf32=False):
-    """One step function of our single-model trainer (the inner step of `trainers.train.train`)."""
-    from trainers.evaluate import bf16_autocast, tf32_matmuls
-    from trainers.train import compiled_step
+    """One step function of our single-model trainer: the trainer's own step, `trainers.train.lst_step`."""
+    from trainers.train import lst_step, speed_setup
 
     x, y = fake_data(device)
     model, opt, _ = _our_model(d, device, seed=seed)
-    fwd, mark_step = compiled_step(model, device, compile, cuda_graphs)
-    precision = tf32_matmuls(device, tf32)
+    fwd, mark_step, autocast, precision, _ = speed_setup(model, device, compile=compile, bf16=bf16,
+                                                         cuda_graphs=cuda_graphs, tf32=tf32)
     perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
     acc = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device, dtype=torch.long),
            "loss_f": 0.0, "correct_i": 0}
 
     def step(i):
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
-        mark_step()
-        with precision:
-            with bf16_autocast(device, bf16):
-                logits = fwd(x[idx])
-                loss = F.cross_entropy(logits.float(), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        logits, loss = lst_step(fwd, opt, x[idx], y[idx], autocast, precision, mark_step)
         if nosync:
             acc["loss"] += loss.detach() * len(idx)
             acc["correct"] += (logits.argmax(-1) == y[idx]).sum()
@@ -221,8 +213,8 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, compile=False, w
 
 
 def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, tf32=False):
-    """One step function of a batched group of members (the step of `trainers.ensemble._train_group`)."""
-    from trainers.ensemble import Stack, StackedOptimizer, group_loss, template_model
+    """One step function of a batched group of members: the ensemble's own step, `trainers.ensemble.group_step`."""
+    from trainers.ensemble import Stack, StackedOptimizer, group_loss, group_step, template_model
     from trainers.evaluate import bf16_autocast, tf32_matmuls
     from trainers.train import compiled_step
 
@@ -232,18 +224,13 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, 
     opt = StackedOptimizer(stack, [m[2] for m in group], device)
     base = template_model(group[0][0])
     perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
-    params = list(stack.params.values())
     del group
     fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs)
     precision = tf32_matmuls(device, tf32)
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
-        mark_step()
-        with precision:
-            losses = fn(stack.params, x[idx], y[idx])
-            grads = torch.autograd.grad(losses.sum(), params)
-            opt.step(dict(zip(stack.params, grads)))
+        group_step(fn, stack, opt, x[idx], y[idx], precision, mark_step)
 
     return step
 

@@ -57,7 +57,7 @@ def device_events(prof, device: torch.device) -> tuple[float, int]:
     busy, n = 0.0, 0
     for e in prof.events():
         if e.device_type == DeviceType.CUDA:
-            busy += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            busy += e.device_time_total
             n += 1
     return busy, n
 

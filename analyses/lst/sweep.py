@@ -79,11 +79,10 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
         except InputError:  # the trainer's message names its --device flag; here the device is a --set
             raise InputError("--set device=cuda: no CUDA device is available here; drop it, or use "
                              "--backend ray with GPU workers") from None
-        if speed.cuda_graphs and dev.type != "cuda":
-            raise InputError(f"--cuda-graphs needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda")
-        if speed.tf32 and dev.type != "cuda":
-            raise InputError(f"--tf32 needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda, or drop "
-                             "--tf32 (--bf16 on a CPU with native bf16)")
+        gpu_only = speed.gpu_only() if dev.type != "cuda" else []  # worded for the sweep: its device is a --set
+        if gpu_only:
+            raise InputError(f"{gpu_only[0]} needs the runs on a GPU (they are on {dev.type!r}): add --set device=cuda, "
+                             f"or drop {gpu_only[0]}")
         speed.check(dev)
 
 

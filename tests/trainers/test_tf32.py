@@ -79,7 +79,7 @@ def tf32_anywhere(monkeypatch):
         monkeypatch.setattr(module, "tf32_matmuls", any_device)
 
 
-def record_flags(monkeypatch):
+def record_flags():
     """(flag, grad enabled) in every module forward and backward of the single-model trainers."""
     seen = {"train_forward": set(), "backward": set(), "eval_forward": set()}
 
@@ -94,11 +94,11 @@ def record_flags(monkeypatch):
     return seen, hooks
 
 
-def test_tf32_covers_the_training_step_and_not_evaluation(tmp_path, tf32_anywhere, monkeypatch):
+def test_tf32_covers_the_training_step_and_not_evaluation(tmp_path, tf32_anywhere):
     import json
 
     before = flag()
-    seen, hooks = record_flags(monkeypatch)
+    seen, hooks = record_flags()
     try:
         assert train_main(["lst", "--out", str(tmp_path / "tf32"), "--tf32", *TINY]) == 0
     finally:
@@ -110,9 +110,9 @@ def test_tf32_covers_the_training_step_and_not_evaluation(tmp_path, tf32_anywher
     assert prov[-1]["tf32"] is True
 
 
-def test_tf32_covers_the_masked_step_and_not_evaluation(tmp_path, tf32_anywhere, monkeypatch):
+def test_tf32_covers_the_masked_step_and_not_evaluation(tmp_path, tf32_anywhere):
     before = flag()
-    seen, hooks = record_flags(monkeypatch)
+    seen, hooks = record_flags()
     try:
         assert main(["train", "netsim", "--out", str(tmp_path / "m"), "--tf32", "--epochs", "1", "--n-train", "64",
                      "--d-model", "12"]) == 0
