@@ -612,7 +612,11 @@ def _vit_like(name: str, config: dict | None) -> bool:
 
 
 def _parse_positions(positions: str | tuple, n: int) -> tuple[int, int]:
-    """``"A:B"`` or ``(A, B)`` with Python slice semantics, resolved against n rows."""
+    """``"A:B"`` or ``(A, B)`` with Python slice semantics, resolved against n rows.
+
+    Unlike a Python slice, a bound past the table is an error, not clamped: ``0:1024`` on a 512-row
+    table would otherwise analyse 512 rows while the user believes 1,024 were analysed.
+    """
     usage = "use A:B with integers, open ends allowed (e.g. 0:128 or :128)"
     if isinstance(positions, str):
         m = re.fullmatch(r"\s*(-?\d+)?\s*:\s*(-?\d+)?\s*", positions)
@@ -624,6 +628,10 @@ def _parse_positions(positions: str | tuple, n: int) -> tuple[int, int]:
         a, b = positions
     else:
         raise InputError(f"malformed --positions {positions!r}: {usage}")
+    outside = [v for v in (a, b) if v is not None and not -n <= v <= n]
+    if outside:
+        raise InputError(f"--positions {_fmt_span(a, b)} reaches past the {n}-row table (bounds run from {-n} to "
+                         f"{n}); use bounds within it, e.g. 0:{n} or :{n}")
     start, stop, _ = slice(a, b).indices(n)
     if stop <= start:
         raise InputError(f"--positions {_fmt_span(a, b)} selects no rows of the {n}-row table; {usage}")

@@ -362,7 +362,7 @@ def test_1d_and_3d_tensors_refused(tmp_path) -> None:
 
 @pytest.mark.parametrize("positions, expected", [("0:8", (0, 8)), (":8", (0, 8)), ("8:", (8, 16)),
                                                  (" 2 : 10 ", (2, 10)), ("-4:", (12, 16)), ((None, 5), (0, 5)),
-                                                 ("0:1000", (0, 16))])
+                                                 ("0:16", (0, 16)), ("-16:", (0, 16))])
 def test_positions_slices(tmp_path, grid_table, positions, expected) -> None:
     np.save(tmp_path / "t.npy", grid_table)
     lt = load_table(tmp_path / "t.npy", positions=positions)
@@ -374,6 +374,14 @@ def test_positions_slices(tmp_path, grid_table, positions, expected) -> None:
 def test_malformed_or_empty_positions(tmp_path, grid_table, positions) -> None:
     np.save(tmp_path / "t.npy", grid_table)
     with pytest.raises(InputError, match="positions"):
+        load_table(tmp_path / "t.npy", positions=positions)
+
+
+@pytest.mark.parametrize("positions", ["0:1000", "0:17", "-17:", (0, 20), "20:30"])
+def test_positions_past_the_table_refused_not_clamped(tmp_path, grid_table, positions) -> None:
+    """A Python slice would clamp 0:1000 to the 16 rows, silently analysing fewer rows than asked."""
+    np.save(tmp_path / "t.npy", grid_table)
+    with pytest.raises(InputError, match=r"reaches past the 16-row table.*0:16"):
         load_table(tmp_path / "t.npy", positions=positions)
 
 
