@@ -122,6 +122,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     gt_d, gt_order = dist.merge_near_ties(dist.condensed(gt_sq), return_order=True)
     if np.ptp(pe_d) == 0:
         raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare")
+    if np.ptp(gt_d) == 0:
+        raise InputError("the ground truth's positions are all equally far apart (e.g. one-hot coordinates); there is no "
+                         "geometry to compare: give coordinates whose distances differ (a line, grid or 3D positions)")
 
     m: dict[str, float] = {"n_positions": n, "pe_dim": d, "gt_dim": k}
     stage("RSA")
@@ -138,13 +141,21 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         mantel_info = {"exact": mt.exact, "n_relabellings": mt.n_perm}
     else:
         m["rsa_p"] = float("nan")
-    boot_method = None
+    boot_method, boot_valid = None, 0
     if n_boot:
         stage(f"bootstrap CI ({n_boot} resamples)")
         bt = stats.bootstrap_rsa(pe_d, gt_d, method="spearman", n_boot=n_boot, seed=rng_boot,
                                  orders=(pe_order, gt_order))
         m["rsa_ci_low"], m["rsa_ci_high"] = bt.low, bt.high
         boot_method = bt.method
+        boot_valid = int(np.isfinite(bt.samples).sum())
+        if boot_valid < n_boot:
+            notes.append(f"bootstrap CI from {boot_valid} of {n_boot} resamples: the others drew too few distinct "
+                         f"positions for a correlation (likely with N={n}); read the CI as rough")
+        if bt.method == "rank-cached":
+            notes.append(f"bootstrap CI by the rank-cached approximation (N={n} > {stats.EXACT_BOOTSTRAP_MAX_N}): "
+                         "it keeps full-sample ranks, which leaves out their own resampling noise: its CI width "
+                         "was off by up to ~15% (mostly too narrow) in our tests; read it as approximate")
     else:
         m["rsa_ci_low"] = m["rsa_ci_high"] = float("nan")
 
@@ -207,7 +218,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         "ground_truth": {"spec": gt.spec, "kind": gt.kind, "shape": list(gt.shape) if gt.shape else None},
         "analysis": {
             "pe_metric": pe_metric, "gt_metric": "euclidean", "methods": list(methods), "n_perm": n_perm,
-            "n_boot": n_boot, "bootstrap": boot_method, "mantel": mantel_info, "n_null": n_null, "seed": seed,
+            "n_boot": n_boot, "n_boot_valid": boot_valid, "bootstrap": boot_method, "mantel": mantel_info, "n_null": n_null, "seed": seed,
             "allow_reflection": allow_reflection, "neighbours": neighbours or default_k(n),
             "neighbourhood_embedding": nb_method, "smacof_iterations": smacof_iter, "reference": ref_name,
             "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),

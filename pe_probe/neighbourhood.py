@@ -1,9 +1,14 @@
 """Neighbourhood preservation of a recovered embedding against the ground truth.
 
-Both metrics treat ties in the ground truth (grids have many equal distances) symmetrically, so they
-do not depend on how positions are labelled:
+Both metrics treat ties symmetrically, in the ground truth (grids have many equal distances) and in the
+embedding (a table that codes one grid axis only, or a symmetric sinusoid), so they do not depend on how
+positions are labelled. Distances within a relative tolerance (1e-9 of the largest distance) are equal,
+so neither depends on the units of the coordinates or the embedding:
 - rank r(i, j) of j among i's ground-truth neighbours is 1 + #{l != i : D_G(i, l) < D_G(i, j)};
-- i's ground-truth k-neighbourhood is {j : r(i, j) <= k} (all ties at the k-th distance included).
+- i's ground-truth k-neighbourhood is {j : r(i, j) <= k} (all ties at the k-th distance included);
+- i's embedding k-neighbourhood is the expectation over uniformly random tie-breaking: the points
+  strictly closer than its k-th nearest distance count fully, and the t points tied at that distance
+  count (k - #closer) / t each. Without ties it is the plain k nearest neighbours.
 Trustworthiness (Venna & Kaski 2001; `sklearn.manifold.trustworthiness` when there are no ties):
 T = 1 - 2 / (N k (2N - 3k - 1)) * sum_i sum_{j in U_k(i)} (r(i, j) - k), U_k(i) = i's k nearest
 neighbours in the embedding that are outside its ground-truth k-neighbourhood.
@@ -16,21 +21,12 @@ import numpy as np
 
 from .distances import square_distances
 
+_RTOL = 1e-9  # distances closer than this fraction of the largest distance are ties
+_BLOCK = 1 << 22  # elements of one (rows x candidates x N) comparison block
+
 
 def default_k(n: int) -> int:
     return max(1, min(5, n // 2 - 1))
-
-
-def _embedding_neighbours(emb: np.ndarray, k: int, chunk: int = 512) -> np.ndarray:
-    n = len(emb)
-    out = np.empty((n, k), dtype=np.int64)
-    for s in range(0, n, chunk):
-        d = square_distances_rows(emb, s, min(n, s + chunk))
-        rows = np.arange(s, min(n, s + chunk))
-        d[np.arange(len(rows)), rows] = np.inf
-        idx = np.argpartition(d, k - 1, axis=1)[:, :k] if k < n - 1 else np.argsort(d, axis=1)[:, :k]
-        out[s:s + len(rows)] = idx
-    return out
 
 
 def square_distances_rows(x: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -40,6 +36,23 @@ def square_distances_rows(x: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.sqrt(np.maximum(d2, 0))
 
 
+def _neighbours(d: np.ndarray, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's embedding k-neighbourhood (self at distance inf) as (candidates (b, c), weights (b, c)):
+    weight 1 for points closer than the row's k-th nearest distance, (k - #closer) / #tied for the
+    points tied at it, 0 for padding. c = k unless some row has ties across its k-th distance."""
+    idx = np.argpartition(d, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(d, idx, axis=1).max(axis=1, keepdims=True)
+    within = (d <= kth + tol).sum(axis=1)
+    if (within == k).all():  # no ties across the k-th distance: the plain k nearest neighbours
+        return idx, np.ones(idx.shape)
+    closer = d < kth - tol
+    tied = ~closer & (d <= kth + tol)
+    w = closer + tied * ((k - closer.sum(axis=1, keepdims=True)) / tied.sum(axis=1, keepdims=True))
+    c = int(within.max())
+    cand = np.argpartition(-w, c - 1, axis=1)[:, :c] if c < d.shape[1] else np.broadcast_to(np.arange(c), w.shape)
+    return cand, np.take_along_axis(w, cand, axis=1)
+
+
 def neighbourhood_metrics(embedding: np.ndarray, coords: np.ndarray, k: int | None = None,
                           gt_square: np.ndarray | None = None) -> tuple[float, float]:
     """Return (trustworthiness, knn_overlap) of ``embedding`` against ``coords``."""
@@ -47,18 +60,27 @@ def neighbourhood_metrics(embedding: np.ndarray, coords: np.ndarray, k: int | No
     k = default_k(n) if k is None else k
     if gt_square is None:
         gt_square = square_distances(coords)
-    nbrs = _embedding_neighbours(np.asarray(embedding, float), k)
+    emb = np.asarray(embedding, float)
+    emb = emb - emb.mean(axis=0)
+    tol_e = _RTOL * 2 * float(np.sqrt(np.einsum("ij,ij->i", emb, emb).max()))  # >= tol of the largest distance
+    tol_g = _RTOL * float(gt_square.max())
     penalty = 0.0
     overlap = 0.0
-    tol = 1e-9 * max(1.0, float(gt_square.max()))
     for s in range(0, n, 256):
         rows = np.arange(s, min(n, s + 256))
-        dg = gt_square[rows]  # (b, N)
-        dj = np.take_along_axis(dg, nbrs[rows], axis=1)  # (b, k) gt distance to embedding neighbours
-        # rank = 1 + number of other points strictly closer than j (self has distance 0 and is excluded)
-        closer = (dg[:, None, :] < dj[:, :, None] - tol).sum(axis=2) - 1  # minus self
-        r = 1 + closer
-        penalty += float(np.sum(np.clip(r - k, 0, None)))
-        overlap += float(np.sum(r <= k)) / k
+        de = square_distances_rows(emb, s, rows[-1] + 1)
+        de[np.arange(len(rows)), rows] = np.inf
+        cand, wc = _neighbours(de, k, tol_e)  # (b, c)
+        n_cand = cand.shape[1]
+        step = max(1, _BLOCK // (n_cand * n))
+        for a in range(0, len(rows), step):
+            dg = gt_square[rows[a : a + step]]  # (b', N)
+            dj = np.take_along_axis(dg, cand[a : a + step], axis=1)  # (b', c) gt distance to the candidates
+            # rank = 1 + number of other points strictly closer than j (self, at 0, only when j is farther)
+            closer = (dg[:, None, :] < dj[:, :, None] - tol_g).sum(axis=2) - (dj > tol_g)
+            r = 1 + closer
+            wa = wc[a : a + step]
+            penalty += float(np.sum(wa * np.clip(r - k, 0, None)))
+            overlap += float(np.sum(wa * (r <= k))) / k
     norm = 2.0 / (n * k * (2 * n - 3 * k - 1))
     return 1.0 - norm * penalty, overlap / n

@@ -14,7 +14,9 @@ Definitions (DESIGN.md section 4):
   is computed exactly (average ranks within the resample, from cached sort orders, no re-sorting).
   Above that the *rank-cached* form is used: ranks are those of the full sample and each resample's
   statistic is their weighted Pearson correlation, a batched matrix product for all resamples at once
-  (for large N the two agree to ~1e-3; see tests). `bootstrap_rsa` reports which one it used.
+  (each resample agrees with the exact one to ~1e-3 for large N). The CI is only approximate: fixed
+  ranks leave out the ranks' own resampling noise, and its width was off by up to ~15%, mostly too
+  narrow, in the tests. `bootstrap_rsa` reports which form it used and `analyze` adds a note.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.distances import pairwise
+from pe_probe.distances import merge_near_ties, pairwise
 from pe_probe.errors import InputError
 from pe_probe.io import (
     _as_table,
@@ -175,7 +175,8 @@ def kernel_distance_correlation(A: np.ndarray, coords: np.ndarray) -> float:
     The kernel is symmetrised, S = (A + A^T) / 2; its off-diagonal entries (i < j) are correlated
     with the NEGATIVE Euclidean distances between ``coords`` rows i and j. High (near 1): positions
     attend to their near neighbours; 0: attention ignores the geometry. NaN when either side is
-    constant (e.g. a uniform kernel).
+    constant (e.g. a uniform kernel). Values that differ only by rounding are merged into ties first
+    (`distances.merge_near_ties`), so rotating or scaling the coordinates does not change the result.
     """
     A = np.asarray(A, dtype=np.float64)
     coords = np.asarray(coords, dtype=np.float64)
@@ -189,7 +190,8 @@ def kernel_distance_correlation(A: np.ndarray, coords: np.ndarray) -> float:
         raise InputError(f"a kernel over {A.shape[0]} positions has too few pairs to correlate; need at least 3")
     S = (A + A.T) / 2.0
     iu = np.triu_indices(A.shape[0], k=1)
-    return correlate(S[iu], -pairwise(coords), "spearman")
+    # as `analyze`: values equal in exact arithmetic (a grid's distances once scaled or rotated) are one tie
+    return correlate(merge_near_ties(S[iu]), -merge_near_ties(pairwise(coords)), "spearman")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -63,6 +63,65 @@ def test_grid_with_ties_brute_force_and_relabelling(seed):
     assert t3 == pytest.approx(t, abs=1e-12) and o3 == pytest.approx(o, abs=1e-12)
 
 
+def _brute_tie_average(emb, coords, k):
+    """The metrics averaged over every way of breaking ties at each row's k-th embedding distance
+    (enumerated), from the definitions: the label-free value the package computes in closed form."""
+    from itertools import combinations
+
+    n = len(coords)
+    dg, de = squareform(pdist(coords)), squareform(pdist(emb))
+    penalty = overlap = 0.0
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        kth = sorted(de[i, j] for j in others)[k - 1]
+        closer = [j for j in others if de[i, j] < kth - 1e-9]
+        tied = [j for j in others if abs(de[i, j] - kth) <= 1e-9]
+        choices = list(combinations(tied, k - len(closer)))
+        for chosen in choices:
+            for j in closer + list(chosen):
+                r = 1 + sum(1 for m in others if dg[i, m] < dg[i, j] - 1e-9)
+                penalty += max(0, r - k) / len(choices)
+                overlap += (r <= k) / k / len(choices)
+    return 1 - 2.0 / (n * k * (2 * n - 3 * k - 1)) * penalty, overlap / n
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_ties_in_the_embedding_averaged_over_tie_breaks(k):
+    """An embedding that codes one grid axis only has many exact ties: the metrics are their expectation
+    over random tie-breaking (brute-force enumeration), and so do not depend on position labels."""
+    g = grid(4, 4).coords
+    emb = g[:, :1] * 1.0  # the row index only: every row's 3 row-mates tie at distance 0
+    t, o = neighbourhood_metrics(emb, g, k)
+    bt, bo = _brute_tie_average(emb, g, k)
+    assert t == pytest.approx(bt, abs=1e-12) and o == pytest.approx(bo, abs=1e-12)
+    rng = np.random.default_rng(k)
+    for _ in range(5):
+        p = rng.permutation(16)
+        t2, o2 = neighbourhood_metrics(emb[p], g[p], k)
+        assert t2 == pytest.approx(t, abs=1e-12) and o2 == pytest.approx(o, abs=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1e-6, 1e3])
+def test_units_of_either_configuration_do_not_matter(scale):
+    """Ties are found relative to the largest distance, so tiny or huge units change nothing."""
+    rng = np.random.default_rng(0)
+    g = grid(5, 6).coords
+    emb = g @ rng.normal(size=(2, 2)) + 0.4 * rng.normal(size=(30, 2))
+    ref = neighbourhood_metrics(emb, g)
+    assert neighbourhood_metrics(emb, scale * g) == pytest.approx(ref, abs=1e-12)
+    assert neighbourhood_metrics(scale * emb, g) == pytest.approx(ref, abs=1e-12)
+    sparse = rng.normal(size=(30, 2))  # no ties: random ground truth in tiny units
+    assert neighbourhood_metrics(emb, scale * sparse) == pytest.approx(neighbourhood_metrics(emb, sparse), abs=1e-12)
+
+
+def test_duplicate_positions_rank_first():
+    """Two positions at the same ground-truth coordinates are each other's nearest neighbour (rank 1)."""
+    g = np.vstack([grid(3, 3).coords, grid(3, 3).coords[:1]])  # position 9 duplicates position 0
+    t, o = neighbourhood_metrics(g, g, 1)
+    assert t == pytest.approx(1.0) and o == pytest.approx(1.0)
+    assert (t, o) == pytest.approx(_brute_tie_average(g, g, 1), abs=1e-12)
+
+
 def test_perfect_and_random_embeddings():
     g = grid(8, 8).coords
     rng = np.random.default_rng(0)
@@ -114,8 +173,7 @@ def test_probe_r2_by_hand(n):
     rng = np.random.default_rng(3)
     g = rng.normal(size=(n, 2))
     x = np.hstack([g, rng.normal(size=(n, 3))]) + 0.3 * rng.normal(size=(n, 5)) + 4
-    xs = x - x.mean(0)
-    xs = xs / np.sqrt(np.mean(xs ** 2))
+    g[:, 1] *= 0.2  # axes of different variance: each gets its own penalty
     alphas = np.logspace(-4, 4, 17)
     if n < 50:
         folds = [np.array([i]) for i in range(n)]
@@ -124,11 +182,26 @@ def test_probe_r2_by_hand(n):
     pred = np.empty_like(g)
     for test in folds:
         tr = np.setdiff1d(np.arange(n), test)
-        coef, b = _ridge_gcv_reference(xs[tr], g[tr], alphas)
-        pred[test] = xs[test] @ coef + b
+        xs = x / np.sqrt(np.mean((x[tr] - x[tr].mean(0)) ** 2))  # the table's RMS on the training rows
+        for axis in range(2):
+            coef, b = _ridge_gcv_reference(xs[tr], g[tr, axis], alphas)
+            pred[test, axis] = xs[test] @ coef + b
     ref = np.mean(1 - ((g - pred) ** 2).sum(0) / ((g - g.mean(0)) ** 2).sum(0))
     assert probe_r2(x, g, seed=11) == pytest.approx(ref, abs=1e-10)
     assert 0.5 < ref < 1
+
+
+def test_probe_penalty_per_axis_does_not_sacrifice_a_small_axis():
+    """G's axes in different units: one penalty fitted to the pooled residuals (the large axis decides it)
+    lowers the small axis (mean 0.32 here with one pooled penalty, 0.55 per axis); a penalty per axis
+    is the mean of probing each axis alone (the small axis, not in the table, near 0)."""
+    rng = np.random.default_rng(0)
+    g = np.column_stack([rng.uniform(0, 10, 40), rng.uniform(0, 1, 40)])
+    x = np.column_stack([g[:, 0], rng.normal(size=(40, 20))])  # the large axis exactly, plus noise columns
+    r = probe_r2(x, g)
+    alone = [probe_r2(x, g[:, :1]), probe_r2(x, g[:, 1:])]
+    assert r == pytest.approx(np.mean(alone), abs=1e-12)
+    assert alone[0] > 0.99 and -0.3 < alone[1] < 0.2 and r > 0.45
 
 
 # ---------------------------------------------------------------- spectrum

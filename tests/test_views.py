@@ -328,6 +328,16 @@ def test_kernel_distance_correlation(rng):
         kernel_distance_correlation(near[:, :5], coords)
 
 
+def test_kernel_distance_correlation_ignores_rotation_and_scale_of_the_coordinates(rng):
+    """A grid's equal distances stay ties after rotating and scaling it (merged like `analyze` does)."""
+    coords = grid(6, 6).coords
+    A = rng.random((36, 36))
+    ref = kernel_distance_correlation(A, coords)
+    c, s = np.cos(0.7), np.sin(0.7)
+    moved = coords @ np.array([[c, -s], [s, c]]) / 3 + 5
+    assert kernel_distance_correlation(A, moved) == pytest.approx(ref, abs=1e-12)
+
+
 def test_a_2d_sinusoid_read_through_identity_maps_attends_to_near_cells():
     coords = grid(4, 4).coords
     freqs = np.array([1.0, 0.5])
