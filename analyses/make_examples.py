@@ -3,7 +3,7 @@
 Two 8x8 examples analysed against grid:8x8 through the public API (`pe_probe.api.write_analysis`):
 ``sinusoid-8x8`` (the study's planted 2-D sinusoid table, d=64: a PE that encodes the grid) and
 ``random-8x8`` (a Gaussian table of the same shape: what chance looks like). To keep the committed
-folders small, PDFs are dropped and both interactive pages load one shared local copy of plotly.js
+folders small, figures are PNG only (no PDFs) and both interactive pages load one shared local copy of plotly.js
 (``reports/examples/plotly.min.js``, still offline) instead of embedding 4.8 MB each.
 
 Run:  .venv/bin/python analyses/make_examples.py  [--out reports/examples]
@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+
+from pe_probe.errors import OneLineArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,9 +39,7 @@ def make_examples(out: Path, seed: int = 0) -> list[Path]:
     folders = []
     for name, (table, source) in tables.items():
         result = analyze(table, gt, n_perm=999, n_boot=1000, seed=seed, provenance={"source": source})
-        folder = write_analysis(result, out / name, force=True)
-        for pdf in (folder / "figures").glob("*.pdf"):  # keep the committed examples small
-            pdf.unlink()
+        folder = write_analysis(result, out / name, force=True, formats=("png",))  # no PDFs: keep them small
         write_interactive(result, folder / "interactive.html", plotlyjs="../plotly.min.js")
         folders.append(folder)
     shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
@@ -47,7 +47,7 @@ def make_examples(out: Path, seed: int = 0) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python analyses/make_examples.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "examples")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -3,6 +3,8 @@
 Python API (mirrors the CLI):
     pe_probe.analyze(table, ground_truth, ...) -> AnalysisResult   (.metrics, .embeddings, .to_frame())
     pe_probe.analyze_source(path_or_folder, ground_truth=None, ...) -> AnalysisResult
+    pe_probe.analyze_view(path_or_folder, "kernel", ...) -> list[AnalysisResult]   (--view)
+    pe_probe.n_layers(path_or_folder) -> int                          (per-layer PE tables, for --layer all)
     pe_probe.write_analysis(result, out_dir)                        (metrics.json/csv, figures, HTML)
 """
 
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["analyze", "analyze_source", "write_analysis", "AnalysisResult", "GroundTruth", "InputError"]
+__all__ = ["analyze", "analyze_source", "analyze_view", "n_layers", "write_analysis", "AnalysisResult", "GroundTruth",
+           "InputError"]
 
 
 def __getattr__(name: str):
@@ -19,7 +22,7 @@ def __getattr__(name: str):
         from .analysis import analyze
 
         return analyze
-    if name in ("analyze_source", "write_analysis"):
+    if name in ("analyze_source", "analyze_view", "n_layers", "write_analysis"):
         from . import api
 
         return getattr(api, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,7 +61,12 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
     src = str(source)
     seed = int(analyze_kwargs.get("seed", 0))
     if src.startswith(BUILTIN_PREFIX):
+        if param is not None or layer not in (None, 0, "0", "mean") or drop_extra_tokens:
+            raise InputError(f"{src} is one table with no extra rows: drop --param / --layer / --drop-extra-tokens")
+        from .io import _row_centred
+
         table, gt, name = builtin_table(src, seed)
+        shape = list(table.shape)
         full = len(table)
         span = None
         if positions is not None:
@@ -73,7 +78,8 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
                 gt = gt.rows(*span)
         gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
         prov = {"source": src, "source_kind": "builtin", "param": name, "layer": None, "sha256": None,
-                "positions": list(span) if span else None, "notes": []}
+                "original_shape": shape, "extra_tokens": 0, "positions": list(span) if span else None,
+                "row_centred": _row_centred(np.asarray(table, dtype=np.float64)), "notes": []}
         return analyze(table, gt, provenance=prov, **analyze_kwargs)
 
     from .io import load_table
@@ -182,13 +188,14 @@ def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
 
 
 def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike, *, force: bool = False,
-                   figures: bool = True) -> Path:
-    """Write the report folder of one analysis (DESIGN.md section 5), completely or not at all."""
+                   figures: bool = True, formats: Sequence[str] = ("png", "pdf")) -> Path:
+    """Write the report folder of one analysis (DESIGN.md section 5), completely or not at all;
+    ``formats``: the static figures' formats (the first one is shown on the index page)."""
     out = Path(out_dir)
     with staged_dir(out, force) as stage:
         write_data_files(result, stage)
         if figures:
             from .report import write_report
 
-            write_report(result, stage)
+            write_report(result, stage, formats=formats)
     return out

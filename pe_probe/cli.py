@@ -9,10 +9,11 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, OneLineArgumentParser
 
 EPILOG_ANALYZE = """\
 examples:
@@ -28,14 +29,6 @@ reading the numbers:
   recovery_*_r2  share of the true layout's variance explained by the aligned recovered layout
   null_rsa_mean  RSA of random tables of the same shape and scale: the chance level
 """
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2) instead of a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-        raise SystemExit(2)
 
 
 def _layer(text: str):
@@ -59,11 +52,11 @@ def _nonneg_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
+    p = OneLineArgumentParser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
                 "of its token positions? Load a PE table from any checkpoint and measure it against ground truth.",
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"pe-probe {_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser)
 
     a = sub.add_parser("analyze", help="measure how well one PE table recovers ground-truth positions",
                        description="Measure how well a positional-encoding table recovers the ground-truth "
@@ -117,18 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "folder alone expands to all its checkpoints (a training trajectory).",
                        epilog="example:\n  pe-probe compare runs/sweep/*/ --by pe.init_std --out out/sweep",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT")
-    c.add_argument("--out", "-o", required=True, metavar="DIR")
+    c.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT",
+                   help="run folders, checkpoints, tables or model folders; one run folder alone = its trajectory")
+    c.add_argument("--out", "-o", required=True, metavar="DIR",
+                   help="report folder: compare.csv, correlations.csv, figures/, index.html")
     c.add_argument("--by", metavar="CONFIG_KEY", help="config key for the x axis, dotted (e.g. pe.init_std)")
     c.add_argument("--ground-truth", "-g", metavar="SPEC", help="ground truth for sources that carry none")
-    c.add_argument("--layer", type=_layer, metavar="N|mean")
-    c.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"))
-    c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST")
-    c.add_argument("--n-perm", type=_nonneg_int, default=200, metavar="N", help="(default: %(default)s)")
-    c.add_argument("--n-boot", type=_nonneg_int, default=200, metavar="N", help="(default: %(default)s)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--reference", metavar="SPEC")
-    c.add_argument("--force", action="store_true")
+    c.add_argument("--layer", type=_layer, metavar="N|mean",
+                   help="for models with one PE table per layer: which one (default: 0, with a note)")
+    c.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
+                   help="distance between PE rows (default: %(default)s)")
+    c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
+                   help="recovery methods, comma-separated: pca, cmds, smacof, umap (default: %(default)s)")
+    c.add_argument("--n-perm", type=_nonneg_int, default=200, metavar="N",
+                   help="Mantel / PROTEST permutations per source (default: %(default)s)")
+    c.add_argument("--n-boot", type=_nonneg_int, default=200, metavar="N",
+                   help="bootstrap resamples for the RSA CI per source (default: %(default)s)")
+    c.add_argument("--seed", type=int, default=0, help="seed for every random step (default: %(default)s)")
+    c.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
+    c.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     c.add_argument("--backend", default="local", choices=("local", "ray"),
                    help="ray: analyse each source in a Ray task, on this machine or a cluster (extra `ray`)")
     c.add_argument("--address", metavar="auto|HOST:PORT",
@@ -244,7 +244,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             title = f"== layer {layer} ({args.view}) ==" if multi else ""
             print(format_summary(res, title))
         if args.out:
-            print(f"\nreport written to {args.out}/" + ("" if args.no_figures else "index.html"))
+            where = [f"{args.out}/layer-{layer}/" for layer, _ in results] if multi else [f"{args.out}/"]
+            page = "" if args.no_figures else "index.html"
+            print("\nreport written to " + ", ".join(w + page for w in where))
     return 0
 
 
@@ -256,12 +258,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                      n_boot=args.n_boot, seed=args.seed, reference=args.reference,
                                      **({"layer": args.layer} if args.layer is not None else {})),
                  force=args.force, backend=args.backend, address=args.address)
-    print(f"compared {len(df)} sources; table and figures in {args.out}/ (compare.csv, index.html)")
+    print(f"compared {len(df)} source{'s' if len(df) != 1 else ''}; table and figures in {args.out}/ "
+          "(compare.csv, index.html)")
     return 0
 
 
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """``--positions -64:`` reads as two options to argparse (a value may not start with '-'):
+    glue such a value to its option, ``--positions=-64:``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--positions" and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+            out.append(f"--positions={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _glue_negative_values(list(sys.argv[1:] if argv is None else argv))
     try:
         if argv and argv[0] in ("train", "evaluate", "demo"):
             from trainers import cli as tcli

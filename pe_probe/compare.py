@@ -35,6 +35,14 @@ def _is_run_folder(path: Path) -> bool:
     return path.is_dir() and ((path / "last.pt").is_file() or (path / "checkpoints").is_dir())
 
 
+_MODEL_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def _is_model_folder(path: Path) -> bool:
+    return path.is_dir() and any((path / name).is_file() for name in _MODEL_FILES)
+
+
 def _step_checkpoints(run: Path) -> list[Path]:
     found = []
     ckpt_dir = run / "checkpoints"
@@ -50,7 +58,9 @@ def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source],
     """Resolve run folders to checkpoints. Returns (sources, is_trajectory).
 
     A run folder becomes its ``last.pt`` (or its latest ``step-*.pt``); when it is the only source it
-    becomes all its ``checkpoints/step-*.pt`` in step order (a training trajectory).
+    becomes all its ``checkpoints/step-*.pt`` in step order (a training trajectory). Among several
+    sources, folders that are neither run nor model folders (a sweep's ``analysis/`` caught by
+    ``ROOT/*/``) are skipped with a line on stderr.
     """
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
@@ -65,6 +75,13 @@ def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source],
         if not steps:
             raise InputError(f"run folder {paths[0]} has no checkpoints/step-*.pt; train with checkpoints, or pass last.pt")
         return [_Source(p, f"{paths[0].name}/{p.stem}") for p in steps], True
+    if len(paths) > 1:
+        skipped = [p for p in paths if p.is_dir() and not _is_run_folder(p) and not _is_model_folder(p)]
+        for p in skipped:
+            sys.stderr.write(f"pe-probe: skipping {p}: not a run folder (last.pt, checkpoints/) or a model folder\n")
+        paths = [p for p in paths if p not in skipped]
+        if not paths:
+            raise InputError("no run, model or checkpoint among the sources; give run folders or checkpoint files")
     out = []
     for p in paths:
         if _is_run_folder(p):
@@ -217,7 +234,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
             first = (src.label, n, coords)
         elif n != first[1]:
             raise InputError(f"sources have different numbers of positions: {first[0]} has {first[1]}, {src.label} has {n}; "
-                             f"compare tables of the same size (use --positions to slice)")
+                             f"compare only sources with the same number of positions")
         elif coords.shape != first[2].shape or not np.allclose(coords, first[2]):
             raise InputError(f"sources have different ground truths: {first[0]} and {src.label} disagree; "
                              f"compare models trained on the same positions or pass one ground truth")

@@ -1,8 +1,22 @@
 """Exceptions that separate bad user input (exit code 2) from internal errors (exit code 1)."""
 
+import argparse
+import sys
+from typing import NoReturn
+
 
 class InputError(ValueError):
     """Bad input from the user: the message is one line that names the problem and the fix.
 
     The CLI prints it without a traceback and exits with code 2.
     """
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr (exit code 2), not a usage dump: the
+    project's rule for bad input, shared by ``pe-probe`` and the ``python -m analyses...`` scripts."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message.splitlines()[0] if message else 'bad input'} "
+                         f"(see {self.prog} --help)\n")
+        raise SystemExit(2)

@@ -540,7 +540,7 @@ def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[
         if key == "mean":
             return names, ("mean" if n > 1 else None)
         if key == "all":
-            raise InputError("layer='all' is handled by the caller: load each layer in range(n_layers)")
+            raise InputError("layer='all' means one analysis per layer: call once per layer i in range(n_layers(source)) (the CLI's --layer all does this)")
         if not re.fullmatch(r"\d+", key):
             raise InputError(f"--layer {layer!r} is not understood; use an index 0..{n - 1}, mean or all")
         layer = int(key)
@@ -589,17 +589,17 @@ def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | N
     if model_type in _OFFSET2_TYPES and (low.endswith("embed_positions.weight")
                                          or low.endswith("position_embeddings.weight")):
         return 2, (f"dropped 2 offset rows at the top ({model_type} position ids start at 2; "
-                   f"use drop_extra_tokens=0 to keep them)")
+                   f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
     if not config and low.endswith("decoder.embed_positions.weight") and _is_pow2(n_rows - 2):
         return 2, (f"dropped 2 offset rows at the top ({n_rows} = 2 + {n_rows - 2}: OPT/BART-style table; "
-                   f"use drop_extra_tokens=0 to keep them)")
+                   f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
     if _vit_like(name, config) and not _is_square(n_rows):
         for k in (1, 2):
             s = math.isqrt(max(n_rows - k, 0))
             if s >= 2 and s * s == n_rows - k:
                 what = "CLS token" if k == 1 else "CLS + distillation tokens"
                 return k, (f"dropped {k} {what} ({n_rows} rows = {k} + {s}x{s} patches; "
-                           f"use drop_extra_tokens=0 to keep them)")
+                           f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
     return 0, ""
 
 

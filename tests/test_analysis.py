@@ -239,3 +239,11 @@ def test_constant_table_under_angular_metrics(metric):
     table = np.outer(np.arange(1.0, 17.0), np.ones(8)) if metric == "cosine" else np.ones((16, 8))
     with pytest.raises(InputError):
         pe_probe.analyze(table, "grid:4x4", pe_metric=metric)
+
+
+def test_top_level_api_exports_what_the_readme_uses():
+    from pe_probe import api
+
+    for name in ("analyze_source", "analyze_view", "n_layers", "write_analysis"):
+        assert getattr(pe_probe, name) is getattr(api, name)
+    assert set(pe_probe.__all__) >= {"analyze", "analyze_source", "analyze_view", "n_layers", "write_analysis"}

@@ -97,6 +97,13 @@ def test_per_layer_tables_all_and_mean(tmp_path, capsys):
     assert (tmp_path / "o" / "layer-2" / "metrics.json").exists()
     code, stdout, _ = run(["analyze", path, "-g", "grid:4x4", "--layer", "mean", "--json", *FAST], capsys)
     assert code == 0 and json.loads(stdout)["provenance"]["layer"] == "mean"
+    # the summary names the folders it wrote, not a top-level page that does not exist
+    code, stdout, err = run(["analyze", path, "-g", "grid:4x4", "--layer", "all", "--out", tmp_path / "o2",
+                             "--no-figures", *FAST], capsys)
+    assert code == 0, err
+    written = stdout.split("report written to ")[1].split(", ")
+    assert [w.strip() for w in written] == [f"{tmp_path / 'o2'}/layer-{i}/" for i in range(3)]
+    assert all(os.path.isdir(w.strip()) for w in written)
 
 
 def test_positions_slice_and_ground_truth_slice(tmp_path, capsys):
@@ -107,6 +114,10 @@ def test_positions_slice_and_ground_truth_slice(tmp_path, capsys):
     assert json.loads(stdout)["n_positions"] == 16
     # a ground truth for the whole table is sliced alike
     code, stdout, err = run(["analyze", tmp_path / "t.npy", "-g", "line:32", "--positions", "8:24", "--json", *FAST], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["n_positions"] == 16
+    # a negative start is a value, not an option: `--positions -16:` as README writes it
+    code, stdout, err = run(["analyze", tmp_path / "t.npy", "-g", "line:16", "--positions", "-16:", "--json", *FAST], capsys)
     assert code == 0, err
     assert json.loads(stdout)["n_positions"] == 16
 
@@ -239,3 +250,12 @@ def test_view_kernel_and_qk_on_bert_folder(tmp_path, capsys):
     assert json.loads(stdout)["pe_dim"] == 2 * d
     code, _, err = run(["analyze", folder, "-g", "grid:4x4", "--view", "attention", *FAST], capsys)
     assert_input_error(code, err, "attention")
+
+
+def test_builtin_tables_refuse_layer_options_and_record_their_shape(capsys):
+    code, _, err = run(["analyze", "builtin:sin2d:4x4", "--layer", "3", *FAST], capsys)
+    assert code == 2 and "drop --param / --layer" in err and len(err.strip().splitlines()) == 1
+    code, stdout, err = run(["analyze", "builtin:sin2d:4x4", "--json", *FAST], capsys)
+    assert code == 0, err
+    prov = json.loads(stdout)["provenance"]
+    assert prov["original_shape"] == [16, 64] and prov["row_centred"] is False

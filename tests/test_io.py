@@ -266,7 +266,7 @@ def test_single_table_rejects_layer_1(tmp_path, grid_table) -> None:
     assert load_table(tmp_path / "t.npy", layer=0).layer is None
     with pytest.raises(InputError, match="out of range"):
         load_table(tmp_path / "t.npy", layer=1)
-    with pytest.raises(InputError, match="caller"):
+    with pytest.raises(InputError, match="one analysis per layer"):
         load_table(tmp_path / "t.npy", layer="all")
 
 

@@ -81,7 +81,9 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="delete a previous run in RUN_DIR and start from scratch")
 
     g = p.add_argument_group("positional encoding")
-    g.add_argument("--pe", default=None, metavar="KIND", help=f"one of {', '.join(PE_KINDS)} (default: learned)")
+    g.add_argument("--pe", default=None, metavar="KIND",
+                   help=f"one of {', '.join(k for k in PE_KINDS if k != 'sin3d')} (default: learned; sin3d is for the "
+                        "3D tasks: pe-probe train netsim|brain)")
     g.add_argument("--pe-init", default=None, metavar="INIT", help=f"learned/relative table init: {', '.join(INITS)} (default: normal)")
     g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init, > 0 (default: 0.1)")
     _bool_flag(g, "--pe-every-layer", "additive PEs: a separate table at the input of every layer (default: on)")
@@ -175,12 +177,25 @@ paper = the study's model size (4 layers, d_model 160, lr 1e-4). Re-running with
 """
 
 
+def _preset_values(task: str, key: str) -> str:
+    """"quick 10, paper 300": a key's value in each preset of a masked task, for --help."""
+    from trainers.config import make_masked_config
+
+    def get(preset: str):
+        value = make_masked_config(task, preset)
+        for part in key.split("."):
+            value = getattr(value, part)
+        return value
+
+    return ", ".join(f"{preset} {get(preset)}" for preset in ("quick", "paper"))
+
+
 def masked_train_parser(task: str) -> argparse.ArgumentParser:
     from trainers.pe import INITS, PE_KINDS
 
     p = _Parser(prog=f"pe-probe train {task}", description=f"Train a masked-prediction transformer on the {task} task.",
                 epilog=MASKED_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("task", metavar="TASK", choices=list(MASKED_TASKS), help="netsim (simulated network) or brain (HCP fMRI)")
+    p.add_argument("task", choices=list(MASKED_TASKS), help=argparse.SUPPRESS)  # named in prog already
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (config.json, metrics.jsonl, checkpoints/, last.pt)")
     p.add_argument("--preset", default="quick", choices=["quick", "paper"], help="base settings (default: quick)")
     p.add_argument("--seed", type=int, default=None, help="training seed (default: 0)")
@@ -198,30 +213,36 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=None, help="learning rate (quick 2e-3, paper 1e-4)")
     g.add_argument("--weight-decay", type=float, default=None, help="weight decay (default: 0)")
     g.add_argument("--batch-size", type=int, default=None, help="batch size (quick 64, paper 128)")
-    g.add_argument("--epochs", type=int, default=None, help="epochs")
-    g.add_argument("--eval-every", type=int, default=None, help="evaluate every N epochs and at the end")
-    g.add_argument("--ckpt-every", type=int, default=None, help="checkpoint every N epochs and at the end")
+    g.add_argument("--epochs", type=int, default=None, help=f"epochs ({_preset_values(task, 'optim.epochs')})")
+    g.add_argument("--eval-every", type=int, default=None,
+                   help=f"evaluate every N epochs and at the end ({_preset_values(task, 'eval_every')})")
+    g.add_argument("--ckpt-every", type=int, default=None,
+                   help=f"checkpoint every N epochs and at the end ({_preset_values(task, 'ckpt_every')})")
     _speed_flags(p.add_argument_group("speed (not part of the run's config: a run resumes with or without them)"),
                  "the model's forward and backward")
-    g = p.add_argument_group("data (both tasks)")
+    g = p.add_argument_group("data")
     g.add_argument("--window", type=int, default=None, help="values per token (netsim 16 samples, brain 20 TRs)")
     g.add_argument("--mask-train", type=float, default=None, help="share of tokens masked in training (0.5)")
     g.add_argument("--mask-test", type=float, default=None, help="share masked for test_mse (0.5)")
     g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse (0.9)")
     g.add_argument("--data-seed", type=int, default=None, help="seed of the network / simulations (netsim) or masks (default: 0)")
-    g = p.add_argument_group("netsim")
-    g.add_argument("--n-nodes", type=int, default=None, help="nodes (64)")
-    g.add_argument("--dim", type=int, default=None, choices=[2, 3], help="2D or 3D layout (2)")
-    g.add_argument("--layout", default=None, choices=["grid", "random", "file"], help="node layout (grid)")
-    g.add_argument("--coords-file", default=None, metavar="FILE", help="N x k coordinates for --layout file")
-    g.add_argument("--length-scale", type=float, default=None, help="wiring kernel exp(-d/L): L (1.5)")
-    g.add_argument("--noise", type=float, default=None, help="training noise level (0.5)")
-    g.add_argument("--ood-noise", type=float, default=None, help="held-out noise level (1.0)")
-    g.add_argument("--n-train", type=int, default=None, help="training windows (quick 2000)")
-    g = p.add_argument_group("brain")
-    g.add_argument("--stride", type=int, default=None, help="stride of training windows in TRs (10)")
-    g.add_argument("--test-subjects", default=None, metavar="IDS", help="held-out subject ids, comma-separated")
-    g.add_argument("--n-test-subjects", type=int, default=None, help="hold out the last N subjects in sorted order (2)")
+    # the other task's options still parse (so using one gets a clear "does not apply"), but are not listed
+    show = (lambda text: text) if task == "netsim" else (lambda text: argparse.SUPPRESS)
+    g = p.add_argument_group("netsim") if task == "netsim" else p
+    g.add_argument("--n-nodes", type=int, default=None, help=show("nodes (64)"))
+    g.add_argument("--dim", type=int, default=None, choices=[2, 3], help=show("2D or 3D layout (2)"))
+    g.add_argument("--layout", default=None, choices=["grid", "random", "file"], help=show("node layout (grid)"))
+    g.add_argument("--coords-file", default=None, metavar="FILE", help=show("N x k coordinates for --layout file"))
+    g.add_argument("--length-scale", type=float, default=None, help=show("wiring kernel exp(-d/L): L (1.5)"))
+    g.add_argument("--noise", type=float, default=None, help=show("training noise level (0.5)"))
+    g.add_argument("--ood-noise", type=float, default=None, help=show("held-out noise level (1.0)"))
+    g.add_argument("--n-train", type=int, default=None, help=show(f"training windows ({_preset_values(task, 'data.n_train')})"
+                                                                  if task == "netsim" else ""))
+    show = (lambda text: text) if task == "brain" else (lambda text: argparse.SUPPRESS)
+    g = p.add_argument_group("brain") if task == "brain" else p
+    g.add_argument("--stride", type=int, default=None, help=show("stride of training windows in TRs (10)"))
+    g.add_argument("--test-subjects", default=None, metavar="IDS", help=show("held-out subject ids, comma-separated"))
+    g.add_argument("--n-test-subjects", type=int, default=None, help=show("hold out the last N subjects in sorted order (2)"))
     return p
 
 
@@ -271,6 +292,10 @@ def train_main(argv: list[str]) -> int:
     if masked is not None:
         return masked_train_main(argv, masked)
     args = train_parser().parse_args(argv)
+    from trainers.config import TASKS
+
+    if args.task not in TASKS:
+        raise InputError(f"unknown task {args.task!r}; choose one of {', '.join((*TASKS, *MASKED_TASKS))}")
     if any(v is not None for v in (args.ensemble_seeds, args.ensemble_sigmas, args.ensemble_lrs, args.ensemble_pes)):
         return ensemble_main(args)
     cfg = config_from_args(args)
@@ -303,6 +328,32 @@ def _parse_list(text: str, kind, option: str) -> list:
     return out
 
 
+def _drop_sigma_duplicates(cfgs: list) -> list:
+    """Members whose PE ignores init_std (sin2d, none, zeros init, ...) are the same run for every sigma:
+    keep the first sigma's, and say so on stderr, instead of training identical copies."""
+    import dataclasses
+    import sys
+
+    from trainers.pe import init_matters
+
+    kept, seen, dropped = [], set(), {}
+    for cfg in cfgs:
+        if init_matters(cfg.pe.kind, cfg.pe.init):
+            kept.append(cfg)
+            continue
+        key = json.dumps(dataclasses.asdict(dataclasses.replace(cfg, pe=dataclasses.replace(cfg.pe, init_std=0.0))),
+                         sort_keys=True, default=str)
+        if key in seen:
+            dropped[cfg.pe.kind] = dropped.get(cfg.pe.kind, 0) + 1
+        else:
+            seen.add(key)
+            kept.append(cfg)
+    for kind, n in dropped.items():
+        sys.stderr.write(f"pe-probe: {kind} ignores the PE init sigma: {n} duplicate run(s) across --ensemble-sigmas "
+                         f"skipped (one {kind} run per seed and learning rate, named with the first sigma)\n")
+    return kept
+
+
 def ensemble_main(args: argparse.Namespace) -> int:
     """``pe-probe train TASK --ensemble-...``: every combination of the lists, one run folder each."""
     import itertools
@@ -327,6 +378,7 @@ def ensemble_main(args: argparse.Namespace) -> int:
         for (_, _, _, attr, _), value in zip(axes, combo):
             setattr(member, attr, value)
         cfgs.append(config_from_args(member))
+    cfgs = _drop_sigma_duplicates(cfgs)
     if cfgs[0].data.ood_puzzles is not None and not Path(cfgs[0].data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
     outs = [Path(args.out) / member_name(c) for c in cfgs]

@@ -284,6 +284,12 @@ PE_KINDS: dict[str, type[PositionalEncoding]] = {
 }
 
 
+def init_matters(kind: str, init: str) -> bool:
+    """Whether ``init_std`` changes a model with this PE: only initialised trainable tables (learned,
+    relative) drawn from a distribution; fixed PEs, RoPE, no PE and zero-initialised tables ignore it."""
+    return kind in ("learned", "relative") and init != "zeros"
+
+
 def pe_class(kind: str) -> type[PositionalEncoding]:
     """The class registered as ``kind``; its ``placement`` says where the model puts it."""
     if kind not in PE_KINDS:

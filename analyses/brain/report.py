@@ -17,6 +17,7 @@ import pandas as pd
 from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
+from pe_probe.errors import OneLineArgumentParser
 from analyses.netsim.sweep import (analyse_run, conditions, markdown_table, run_sweep, sigma_figure, summarise,
                                    write_json)
 
@@ -74,7 +75,8 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineArgumentParser(prog="python -m analyses.brain.report", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default=str(ROOT / "runs" / "report-brain"), help="run folders (resumed)")
     p.add_argument("--out", default=str(ROOT / "reports" / "brain"), help="report folder")
     args = p.parse_args(argv)

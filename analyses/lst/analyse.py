@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from pe_probe.errors import OneLineArgumentParser
+
 CACHE_FILE = "analysis.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: per-axis probe penalty, tie-aware neighbourhoods (80b3830)
 OUT_SUBDIR = "analysis"
 REFERENCE = "sin2d:4x4"
 N_PUZZLES = 500
@@ -298,11 +300,11 @@ def write_tables(frames: dict[str, Any], root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analyses.lst.analyse", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default="runs/lst-sweep")
-    p.add_argument("--n-perm", type=int, default=500)
-    p.add_argument("--n-boot", type=int, default=500)
+    p = OneLineArgumentParser(prog="python -m analyses.lst.analyse", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="runs/lst-sweep", help="sweep folder, one subfolder per run (default: %(default)s)")
+    p.add_argument("--n-perm", type=int, default=500, help="Mantel / PROTEST permutations per analysis (default: %(default)s)")
+    p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     args = p.parse_args(argv)
     import torch
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pe_probe.errors import OneLineArgumentParser
 from trainers.provenance import describe_versions
 
 # The study's reported numbers (DESIGN.md section 6; OOD accuracy on the 108 held-out puzzles, 15 seeds)
@@ -768,12 +769,12 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analyses.lst.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default="runs/lst-sweep")
-    p.add_argument("--out", default="reports/lst")
-    p.add_argument("--n-perm", type=int, default=500)
-    p.add_argument("--n-boot", type=int, default=500)
+    p = OneLineArgumentParser(prog="python -m analyses.lst.report", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="runs/lst-sweep", help="sweep folder, one subfolder per run (default: %(default)s)")
+    p.add_argument("--out", default="reports/lst", help="report folder: README.md, figures, tables (default: %(default)s)")
+    p.add_argument("--n-perm", type=int, default=500, help="Mantel / PROTEST permutations per analysis (default: %(default)s)")
+    p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
     args = p.parse_args(argv)

@@ -28,7 +28,7 @@ from pathlib import Path
 from analyses.lst.grid import GROUPS, PRESET_SETTINGS, RunSpec, build_grid
 from analyses.lst.ray_runner import join, run_is_finished
 from analyses.lst.runner import make_runner
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, OneLineArgumentParser
 from trainers.train import SpeedOptions
 
 
@@ -87,7 +87,7 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analyses.lst.sweep", description=__doc__,
+    p = OneLineArgumentParser(prog="python -m analyses.lst.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="quick", choices=sorted(PRESET_SETTINGS))
     p.add_argument("--sigmas", default="default", help="default (10 values 0.01..2.0), full (0.1..2.0 step 0.1) or a comma list")
@@ -137,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                           include=tuple(args.groups.split(",")))
         check_grid(grid, args.backend, speed)
     except (InputError, ValueError) as e:
-        p.error(str(e).splitlines()[0])
+        msg = str(e).splitlines()[0]
+        if args.overrides:  # the config's checks name the trainer's flags; here the values came from --set
+            msg += f" (from --set {' --set '.join(args.overrides)})"
+        p.error(msg)
     root = Path(args.state_dir) if url else Path(args.root)  # grid.json and sweep.log
     root.mkdir(parents=True, exist_ok=True)
 

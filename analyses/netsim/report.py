@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pe_probe.errors import OneLineArgumentParser
 from analyses.netsim.sweep import (analyse_run, conditions, markdown_table, run_sweep, sigma_figure, summarise,
                                    write_json)
 
@@ -48,7 +49,8 @@ def layout_figure(results: dict[str, object], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineArgumentParser(prog="python -m analyses.netsim.report", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default=str(ROOT / "runs" / "report-netsim"), help="run folders (resumed)")
     p.add_argument("--out", default=str(ROOT / "reports" / "netsim"), help="report folder")
     args = p.parse_args(argv)

@@ -258,6 +258,7 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
 @pytest.mark.parametrize("argv,needle", [
     (["--set", "foo=1"], "unknown config key 'foo'"),
     (["--set", "model.d_model=abc"], "--d-model must be >= 1"),
+    (["--set", "model.dropout=1.5"], "got 1.5 (from --set model.dropout=1.5)"),  # names where the value came from
     (["--set", "model.mlp_ratio=2"], "use --backend ensemble or ray"),  # no pe-probe train flag for it
     (["--sigmas", "0.1,x"], "--sigmas '0.1,x'"),
     (["--sigmas", "0.1,-1"], "every sigma must be > 0"),
@@ -272,7 +273,8 @@ def test_bad_sweep_input_is_a_one_line_error_before_anything_is_written(tmp_path
         S.main(["--root", str(root), *argv])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert needle in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, no usage dump
+    assert needle in err and "Traceback" not in err
     assert not root.exists()
 
 

@@ -187,3 +187,18 @@ def test_flatten_joins_keys_with_dots():
 def test_missing_source_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not found"):
         expand_sources([tmp_path / "nope.pt"])
+
+
+def test_sweep_glob_skips_folders_that_are_not_runs(tmp_path, capsys):
+    """`compare ROOT/*/` also matches the sweep's analysis/ folder: skipped with a line, not an error."""
+    run = _run_folder(tmp_path)
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "runs.csv").write_text("run\n")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    srcs, traj = expand_sources([run, tmp_path / "analysis", hf])
+    assert not traj and [s.path for s in srcs] == [run / "last.pt", hf]
+    assert "skipping" in capsys.readouterr().err
+    with pytest.raises(InputError, match="no run, model or checkpoint"):
+        expand_sources([tmp_path / "analysis", tmp_path / "analysis"])

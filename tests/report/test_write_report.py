@@ -115,3 +115,19 @@ def test_large_n_is_bounded(tmp_path):
     rdm = pd.read_csv(tmp_path / "figures" / "rdm.csv")
     assert rdm["row"].max() < 128
     assert len(pd.read_csv(tmp_path / "figures" / "shepard.csv")) <= 20_000
+
+
+@pytest.mark.parametrize("formats", [("png", "pdf"), ("png",), ("svg",)])
+def test_every_local_link_of_the_index_page_exists(tmp_path, formats):
+    """index.html links only files that are there (PNG-only reports had dangling PDF links)."""
+    from .conftest import grid_coords, hand_result, sinusoid_2d
+
+    from pe_probe.api import write_analysis
+
+    r = hand_result(sinusoid_2d(4, 4, 16), grid_coords(4, 4), shape=(4, 4), spec="grid:4x4")
+    write_analysis(r, tmp_path / "out", formats=formats)
+    tmp_path = tmp_path / "out"
+    page = (tmp_path / "index.html").read_text()
+    links = [l for l in re.findall(r'(?:href|src)="([^"#:]+)"', page) if not l.startswith("data")]
+    assert links and all((tmp_path / l).is_file() for l in links), [l for l in links if not (tmp_path / l).is_file()]
+    assert ("figures/rdm.pdf" in links) == ("pdf" in formats)

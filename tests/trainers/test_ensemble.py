@@ -177,6 +177,21 @@ def test_cli_ensemble_writes_one_run_folder_per_combination(tmp_path, capsys):
         train_main(common + ["--ensemble-sigmas", "0.1,x"])
 
 
+def test_cli_ensemble_trains_a_fixed_pe_once_across_sigmas(tmp_path, capsys):
+    """sin2d ignores the init sigma: learned,sin2d x two sigmas is 2 learned runs + 1 sin2d run, not 4."""
+    from trainers.cli import train_main
+    from trainers.pe import init_matters
+
+    common = ["lst", "--d-model", "16", "--layers", "1", "--heads", "2", "--epochs", "1", "--n-per-level", "6",
+              "--min-jaccard", "0.5", "--batch-size", "16", "--out", str(tmp_path)]
+    assert train_main(common + ["--ensemble-pes", "learned,sin2d", "--ensemble-sigmas", "0.1,2"]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["learned_sigma0.1_lr0.001_seed0", "learned_sigma2_lr0.001_seed0", "sin2d_sigma0.1_lr0.001_seed0"]
+    assert "sin2d ignores the PE init sigma: 1 duplicate run(s)" in capsys.readouterr().err
+    assert init_matters("learned", "normal") and init_matters("relative", "uniform")
+    assert not init_matters("learned", "zeros") and not init_matters("sin2d", "normal")
+
+
 @pytest.mark.parametrize("kind,norm,readout", [("learned", "post", "last"), ("sin2d", "pre", "cls"), ("relative", "post", "last")])
 def test_batched_forward_equals_each_members_full_forward(kind, norm, readout):
     """ensemble_forward (stacked weights, pruned readout layer) == every member's own full forward."""
