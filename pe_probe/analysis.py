@@ -50,6 +50,10 @@ def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
+MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
+
+
 def auto_n_null(n_pairs: int) -> int:
     """Random tables for the chance level: 20, fewer for very large tables (at least 3)."""
     return int(max(3, min(20, 1e7 // max(n_pairs, 1))))
@@ -98,8 +102,11 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     G = check_coords(gt.coords, P.shape[0])
     pe_metric = check_choice(str(pe_metric).lower(), dist.PE_METRICS, "--pe-metric")
     methods = parse_methods(methods)
-    n_perm = check_positive_int(n_perm, "n_perm")
-    n_boot = check_positive_int(n_boot, "n_boot")
+    n_perm = check_positive_int(n_perm, "n_perm", maximum=MAX_PERMUTATIONS)
+    n_boot = check_positive_int(n_boot, "n_boot", maximum=MAX_BOOTSTRAP)
+    seed = check_positive_int(seed, "seed", maximum=2**63 - 1)
+    if n_null is not None:
+        n_null = check_positive_int(n_null, "n_null", maximum=1000)
     n, d = P.shape
     k = G.shape[1]
     if neighbours is not None:
@@ -200,7 +207,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         m["ref_shape_distance"] = shape_distance(P, ref)
         m["ref_procrustes_distance"] = procrustes_distance(P, ref)
 
-    n_null = auto_n_null(len(pe_d)) if n_null is None else check_positive_int(n_null, "n_null")
+    n_null = auto_n_null(len(pe_d)) if n_null is None else n_null
     null = np.empty(0)
     if n_null:
         stage(f"chance level ({n_null} random tables)")

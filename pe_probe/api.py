@@ -11,7 +11,7 @@ import numpy as np
 
 from .analysis import analyze, as_ground_truth
 from .errors import InputError
-from .groundtruth import GroundTruth, grid, line
+from .groundtruth import MAX_POSITIONS, GroundTruth, grid, line
 from .output import staged_dir, write_data_files
 from .result import AnalysisResult
 
@@ -25,17 +25,27 @@ def builtin_table(spec: str, seed: int = 0) -> tuple[np.ndarray, GroundTruth | N
     from .reference import sinusoid_1d, sinusoid_2d
 
     body = spec[len(BUILTIN_PREFIX):].lower().replace(" ", "")
+
+    def check(n: int, d: int, d_step: int = 1) -> None:
+        if n < 4 or d < 1 or d % d_step or n > MAX_POSITIONS or n * d > 100 * MAX_POSITIONS:
+            rule = f"a multiple of {d_step}" if d_step > 1 else ">= 1"
+            raise InputError(f"built-in table {spec!r}: needs 4..{MAX_POSITIONS:,} positions, width {rule} and at most "
+                             f"{100 * MAX_POSITIONS:,} values; use one of {BUILTINS_HELP}")
+
     m = re.fullmatch(r"sin2d:(\d+)x(\d+)(?:x(\d+))?", body)
     if m:
         h, w, d = int(m.group(1)), int(m.group(2)), int(m.group(3) or 64)
+        check(h * w if h and w else 0, d, 4)
         return sinusoid_2d(h, w, d), grid(h, w), body
     m = re.fullmatch(r"sin1d:(\d+)(?:x(\d+))?", body)
     if m:
         n, d = int(m.group(1)), int(m.group(2) or 64)
+        check(n, d)
         return sinusoid_1d(n, d), line(n), body
     m = re.fullmatch(r"random:(\d+)x(\d+)", body)
     if m:
         n, d = int(m.group(1)), int(m.group(2))
+        check(n, d)
         return np.random.default_rng(seed).normal(size=(n, d)), None, body
     raise InputError(f"unknown built-in table {spec!r}; use one of {BUILTINS_HELP}")
 
@@ -86,6 +96,12 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
 
     loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
     full_rows = loaded.original_shape[-2] - loaded.extra_tokens if len(loaded.original_shape) >= 2 else len(loaded.table)
+    if ground_truth is not None and loaded.extra_tokens and loaded.positions is None:
+        n_gt = as_ground_truth(ground_truth).n
+        if n_gt == len(loaded.table) + loaded.extra_tokens:
+            raise InputError(f"ground truth has {n_gt} positions, the table {len(loaded.table)} after dropping "
+                             f"{loaded.extra_tokens} leading row(s) found to be CLS / offset rows; "
+                             f"pass --drop-extra-tokens 0 to keep them, or a ground truth of {len(loaded.table)} positions")
     gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows)
     prov = loaded.provenance()
     prov["config"] = loaded.config

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 20, fewer for N > 1000)")
     a.add_argument("--neighbours", type=int, metavar="K", help="k for trustworthiness/kNN overlap "
                    "(default: min(5, N//2 - 1))")
-    a.add_argument("--seed", type=int, default=0, help="seed for every random step (default: %(default)s)")
+    a.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
     a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
     a.add_argument("--no-reflection", action="store_true", help="forbid reflections in Procrustes alignment")
     a.add_argument("--no-figures", action="store_true", help="write only metrics.json/csv and embedding.csv")
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Mantel / PROTEST permutations per source (default: %(default)s)")
     c.add_argument("--n-boot", type=_nonneg_int, default=200, metavar="N",
                    help="bootstrap resamples for the RSA CI per source (default: %(default)s)")
-    c.add_argument("--seed", type=int, default=0, help="seed for every random step (default: %(default)s)")
+    c.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
     c.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
     c.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     c.add_argument("--backend", default="local", choices=("local", "ray"),
@@ -208,6 +208,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .api import analyze_source, n_layers, write_analysis
     from .output import check_out_dir, metrics_document
 
+    if args.attention_reference is not None and args.view != "attention":
+        raise InputError("--attention-reference applies to --view attention only; add --view attention or drop it")
+
     if args.out:
         check_out_dir(args.out, args.force)
     kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,
@@ -278,6 +281,16 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (kill, a batch system's time limit) raises SystemExit like Ctrl-C raises KeyboardInterrupt,
+    so half-written report folders are cleaned up on the way out."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _glue_negative_values(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -304,9 +317,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("pe-probe: interrupted\n")
         return 130
+    except SystemError as exc:  # numba-compiled loops (SMACOF, UMAP) wrap a Ctrl-C in a SystemError
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            sys.stderr.write("pe-probe: interrupted\n")
+            return 130
+        raise
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 2
 
 
+def entry() -> int:
+    """The ``pe-probe`` console script: `main` plus process-wide signal handling."""
+    _exit_on_sigterm()
+    return main()
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(entry())

@@ -9,6 +9,7 @@ the Latin Square Task's 4x4 board). Anything else is read from a file of coordin
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -84,6 +85,9 @@ def grid(*shape: int) -> GroundTruth:
     if len(shape) not in (2, 3):
         raise InputError(f"grid needs 2 or 3 sizes (HxW or HxWxD), got {len(shape)}: use {ACCEPTED_FORMS}")
     sizes = tuple(_positive_size(s, "grid") for s in shape)
+    if math.prod(sizes) > MAX_POSITIONS:
+        raise InputError(f"grid {'x'.join(map(str, sizes))} has more than {MAX_POSITIONS:,} positions; "
+                         f"give the table's own size")
     coords = np.indices(sizes).reshape(len(sizes), -1).T.astype(np.float64)
     return GroundTruth(coords, "grid:" + "x".join(map(str, sizes)), "grid", sizes)
 
@@ -120,10 +124,30 @@ def ground_truth_from_checkpoint(gt: dict[str, Any]) -> GroundTruth:
     shape = gt.get("shape")
     shape_t: tuple[int, ...] | None = None
     if shape is not None:
-        shape_t = tuple(int(s) for s in _to_numpy(shape).reshape(-1))
-        if int(np.prod(shape_t)) != coords.shape[0]:
+        try:
+            shape_t = tuple(int(s) for s in _to_numpy(shape).reshape(-1))
+        except (TypeError, ValueError, InputError):
+            shape_t = None  # an unreadable shape (a layout hint for reports) is dropped, like a wrong one
+        if shape_t is not None and int(np.prod(shape_t)) != coords.shape[0]:
             shape_t = None  # a shape that does not describe the coordinates is not worth keeping
     return GroundTruth(coords, "checkpoint", kind, shape_t)
+
+
+def load_npy(path: str | os.PathLike, what: str = "file") -> np.ndarray:
+    """``np.load`` of a plain numeric ``.npy`` (never pickle); an unreadable file is an InputError."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:  # object arrays need pickle, which we never allow; short data
+        raise InputError(f"{path}: not a plain numeric .npy array ({first_line(e)}); save the {what} with np.save") from None
+    except (EOFError, OSError) as e:
+        raise InputError(f"{path}: not a readable .npy file (empty or truncated: {first_line(e)}); "
+                         f"save the {what} with np.save") from None
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's first message line (its type name when it has none): for one-line errors."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> np.ndarray:
@@ -136,17 +160,22 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
     """
     path = Path(path)
     rows: list[tuple[int, list[str]]] = []  # (line number, cells)
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        if path.suffix.lower() == ".csv":
-            for i, cells in enumerate(csv.reader(fh), start=1):
-                cells = [c.strip() for c in cells]
-                if any(cells):
-                    rows.append((i, cells))
-        else:
-            for i, raw in enumerate(fh, start=1):
-                body = raw.split("#", 1)[0].strip()
-                if body:
-                    rows.append((i, [c for c in re.split(r"[\s,]+", body) if c]))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            if path.suffix.lower() == ".csv":
+                for i, cells in enumerate(csv.reader(fh), start=1):
+                    cells = [c.strip() for c in cells]
+                    if any(cells):
+                        rows.append((i, cells))
+            else:
+                for i, raw in enumerate(fh, start=1):
+                    body = raw.split("#", 1)[0].strip()
+                    if body:
+                        rows.append((i, [c for c in re.split(r"[\s,]+", body) if c]))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (not UTF-8); the {what} must be numbers in a .csv/.txt, or a .npy") from None
+    except csv.Error as e:
+        raise InputError(f"{path}: not a readable CSV ({e}); the {what} must be rows of numbers") from None
     if rows and header and not _all_numbers(rows[0][1]):
         rows = rows[1:]
     if not rows:
@@ -187,10 +216,7 @@ def _from_file(text: str) -> GroundTruth:
     if not path.is_file():
         raise InputError(f"ground truth file {text} not found; give an existing file or one of {ACCEPTED_FORMS}")
     if suffix == ".npy":
-        try:
-            coords = np.load(path, allow_pickle=False)
-        except ValueError as e:  # object arrays need pickle, which we never allow
-            raise InputError(f"{text}: not a plain numeric .npy array ({e}); save numbers with np.save") from None
+        coords = load_npy(path, "ground truth")
     else:
         coords = read_number_table(path, header=suffix == ".csv", what="ground truth")
     return GroundTruth(_validate_coords(coords, text), text, "file", None)
@@ -213,9 +239,14 @@ def _validate_coords(coords: np.ndarray, name: str) -> np.ndarray:
     return coords
 
 
+MAX_POSITIONS = 1_000_000  # a spec above this is a typo, not a PE table anyone can analyse (N^2 distances)
+
+
 def _positive_size(n: Any, kind: str) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise InputError(f"{kind} sizes must be integers >= 1, got {n!r}: use {ACCEPTED_FORMS}")
+    if n > MAX_POSITIONS:
+        raise InputError(f"{kind} size {n} is more than {MAX_POSITIONS:,} positions; give the table's own size")
     return int(n)
 
 

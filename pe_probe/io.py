@@ -29,7 +29,8 @@ from typing import Any, Callable
 import numpy as np
 
 from pe_probe.errors import InputError
-from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
+from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, load_npy, read_number_table
+from pe_probe.groundtruth import first_line as _first_line
 
 CHECKPOINT_FORMAT = "pe-probe-checkpoint/1"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -254,8 +255,7 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
     meta["sha256"] = sha256_file(path)
     if suffix in (".npy", ".csv", ".txt", ".tsv"):
         meta.update(source_kind="csv" if suffix != ".npy" else "npy", raw=True)
-        arr = np.load(path, allow_pickle=False) if suffix == ".npy" else read_number_table(path, header=True,
-                                                                                              what="table")
+        arr = load_npy(path, "table") if suffix == ".npy" else read_number_table(path, header=True, what="table")
         if arr.dtype.kind not in "biuf":
             raise InputError(f"{path}: holds {arr.dtype} values, not numbers")
         return _Store.from_arrays({RAW_NAME: arr}), meta
@@ -265,7 +265,10 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
         except ValueError as e:
-            raise InputError(f"{path}: not a plain numeric .npz ({e}); save numbers with np.savez") from None
+            raise InputError(f"{path}: not a plain numeric .npz ({_first_line(e)}); save numbers with np.savez") from None
+        except (EOFError, OSError, zipfile.BadZipFile) as e:
+            raise InputError(f"{path}: not a readable .npz file (empty or truncated: {_first_line(e)}); "
+                             f"save numbers with np.savez") from None
         if not arrays:
             raise InputError(f"{path}: the .npz holds no arrays")
         return _Store.from_arrays(arrays), meta
@@ -291,10 +294,19 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
         if (folder / single).is_file():
             files = [folder / single]
         elif (folder / index).is_file():
-            weight_map = _read_json(folder / index).get("weight_map", {})
+            weight_map = _read_json(folder / index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map or not all(
+                    isinstance(f, str) for f in weight_map.values()):
+                raise InputError(f"{folder / index}: no usable weight_map (a tensor name -> shard file mapping); "
+                                 f"download the model's index file again")
             files = [folder / f for f in dict.fromkeys(weight_map.values())]
+            outside = [f for f in dict.fromkeys(weight_map.values())
+                       if Path(f).is_absolute() or ".." in Path(f).parts]
+            if outside:  # shards live in the model folder; an index must not point elsewhere
+                raise InputError(f"{folder / index}: shard paths outside the model folder ({outside[0]}); "
+                                 f"an index names files in its own folder")
             missing = [str(f) for f in files if not f.is_file()]
-            if not files or missing:
+            if missing:
                 raise InputError(f"{folder / index}: shard files missing {missing[:3]}; download the complete model")
             meta["notes"].append(f"{len(files)} weight shards; sha256 is of the shards concatenated in index order")
         else:
@@ -347,12 +359,13 @@ def _torch_load(path: Path) -> Any:
         if _pickle_has_code(path):
             raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
                              f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
-        if re.search(r"unsupported operand|invalid load key|truncated|ran out of input", str(e), re.I):
-            raise InputError(f"{path}: not a readable torch file (not written by torch.save, or truncated)") from None
-        raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
-                         f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
+        raise InputError(f"{path}: not a readable torch file (corrupt, truncated, or not written by torch.save: "
+                         f"{_first_line(e)})") from None
     except (RuntimeError, EOFError, OSError) as e:
         raise InputError(f"{path}: not a readable torch file ({_first_line(e)})") from None
+    except Exception as e:  # a corrupt stream can fail anywhere in the unpickler (KeyError, IndexError, ...)
+        raise InputError(f"{path}: not a readable torch file (corrupt, or not written by torch.save: "
+                         f"{type(e).__name__})") from None
 
 
 def _pickle_has_code(path: Path) -> bool:
@@ -400,8 +413,14 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
                              f"{CHECKPOINT_FORMAT}); upgrade pe-probe")
         if not isinstance(obj.get("model"), dict):
             raise InputError(f"{path}: pe-probe checkpoint without a 'model' state_dict; re-save it")
-        meta.update(source_kind="pe-probe-checkpoint", config=obj.get("config"),
-                    pe_params=list(obj.get("pe_params") or []), step=_int_or_none(obj.get("step")),
+        config, pe_params = obj.get("config"), obj.get("pe_params") or []
+        if config is not None and not isinstance(config, dict):
+            raise InputError(f"{path}: its 'config' is a {type(config).__name__}, not a mapping; re-save the checkpoint")
+        if not isinstance(pe_params, (list, tuple)) or not all(isinstance(n, str) for n in pe_params):
+            raise InputError(f"{path}: its 'pe_params' is not a list of tensor names; re-save the checkpoint, "
+                             f"or pick the table with --param NAME")
+        meta.update(source_kind="pe-probe-checkpoint", config=config,
+                    pe_params=list(pe_params), step=_int_or_none(obj.get("step")),
                     epoch=_int_or_none(obj.get("epoch")), metrics=obj.get("metrics"))
         if obj.get("ground_truth") is not None:
             meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"])
@@ -560,15 +579,18 @@ def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[
 def _as_table(store: _Store, name: str, label: str) -> np.ndarray:
     """Read one tensor as a finite 2-D float table, squeezing leading singleton dims."""
     shape = store.shapes[name]
-    if store.kinds[name] != "f":
-        raise InputError(f"{label}: is an integer/bool tensor (shape {shape}), e.g. position ids, not a PE table; "
-                         f"pass --param NAME of a float table")
+    raw = name == RAW_NAME  # a bare array (.npy/.csv): integers are numbers like any other
+    if store.kinds[name] != "f" and not (raw and store.kinds[name] in "iu"):
+        fix = "save the table as floats" if raw else "pass --param NAME of a float table"
+        raise InputError(f"{label}: is an integer/bool tensor (shape {shape}), e.g. position ids, not a PE table; {fix}")
     arr = np.asarray(store.read(name))
     while arr.ndim > 2 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 2:
         raise InputError(f"{label}: has shape {shape}; a PE table must be 2-D (positions x dims) after dropping "
                          f"leading 1s; pass --param NAME of such a tensor")
+    if arr.shape[1] == 0:
+        raise InputError(f"{label}: has shape {shape}, no dimensions per position; pass --param NAME of a real table")
     if not np.all(np.isfinite(arr)):
         bad = int(np.argwhere(~np.isfinite(arr))[0, 0])
         raise InputError(f"{label}: contains NaN or Inf (first in row {bad}); the table must be finite")
@@ -580,7 +602,8 @@ def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | N
     """How many leading rows to drop, and the note that says why."""
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, (int, np.integer)) or not 0 <= explicit < n_rows:
-            raise InputError(f"{src}: drop_extra_tokens={explicit!r} must be an integer in 0..{n_rows - 1}")
+            raise InputError(f"{src}: --drop-extra-tokens {explicit!r} must be an integer in 0..{n_rows - 1} "
+                             f"(the table has {n_rows} rows)")
         return int(explicit), f"dropped {explicit} leading row(s) as asked"
     if gt is not None and gt.n == n_rows:
         return 0, ""  # the table already matches its own ground truth
@@ -683,10 +706,6 @@ def _safetensors_kind(dtype: str) -> str:
         return "b"
     return "u" if dtype.startswith("U") else "i"
 
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _int_or_none(x: Any) -> int | None:

@@ -27,8 +27,22 @@ def check_out_dir(out: str | os.PathLike, force: bool = False) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
+    resolved = out.resolve()
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
+        raise InputError(f"--out {out} is the current folder or one above it, which pe-probe replaces as a whole; "
+                         f"name a new folder, e.g. --out {out / 'report'}")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists() and not force:
         raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
+    # the nearest existing ancestor must be a folder we can write into (checked before any work)
+    ancestor = resolved.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"--out {out}: {ancestor} is a file, not a folder; choose another path")
+    try:  # a real probe: os.access says yes to root on read-only or virtual file systems
+        os.rmdir(tempfile.mkdtemp(prefix=".pe-probe-write-test-", dir=ancestor))
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot write in {ancestor} ({e.strerror or e}); choose another folder") from None
     return out
 
 
@@ -36,8 +50,11 @@ def check_out_dir(out: str | os.PathLike, force: bool = False) -> Path:
 def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     """Yield a staging folder; on success it replaces ``out`` atomically, on error it is removed."""
     out = check_out_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another folder") from None
     try:
         yield stage
         (stage / MARKER).write_text("written by pe-probe\n")
@@ -48,9 +65,17 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(stage, out)
+        _open_up(out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _open_up(folder: Path) -> None:
+    """mkdtemp makes the staging folder 0700; give the finished folder the usual umask-based mode."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
 
 
 def json_safe(obj: Any) -> Any:

@@ -8,28 +8,31 @@ ALPHAS = np.logspace(-4, 4, 17)
 
 
 def _ridge_gcv_fit(x: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ridge regression with intercept; a penalty per output column, each chosen by generalised
-    cross-validation (Golub et al. 1979) from one SVD of the centred training data (as scikit-learn's
-    ``RidgeCV(alpha_per_target=True)``). Returns (coef (d, k), intercept (k,))."""
+    """Ridge regression with intercept; one penalty for all output columns, chosen by generalised
+    cross-validation (Golub et al. 1979) from one SVD of the centred training data. The criterion sums
+    each column's residuals divided by that column's variance: it estimates the mean R^2 over columns,
+    the number `probe_r2` reports, so a column with large variance (units) does not decide the penalty
+    alone. Returns (coef (d, k), intercept (k,))."""
     xm, ym = x.mean(axis=0), y.mean(axis=0)
     xc, yc = x - xm, y - ym
     u, s, vt = np.linalg.svd(xc, full_matrices=False)
     uty = u.T @ yc  # (r, k)
     n = len(x)
-    resid_outside = np.sum(yc ** 2, axis=0) - np.sum(uty ** 2, axis=0)  # (k,) part of y outside the span of X
+    ss = np.sum(yc ** 2, axis=0)
+    weight = np.divide(1.0, ss, out=np.zeros_like(ss), where=ss > 0)  # per column: residuals as a share of variance
+    resid_outside = float(np.sum(weight * (ss - np.sum(uty ** 2, axis=0))))  # part of y outside the span of X
+    best, best_gcv = alphas[0], np.inf
     s2 = s ** 2
-    best = np.full(y.shape[1], alphas[0])
-    best_gcv = np.full(y.shape[1], np.inf)
     for a in alphas:
         shrink = s2 / (s2 + a)
+        rss = resid_outside + float(np.sum(weight * np.sum(((1 - shrink)[:, None] * uty) ** 2, axis=0)))
         dof = float(shrink.sum()) + 1.0  # + intercept
         if dof >= n:
             continue
-        rss = resid_outside + np.sum(((1 - shrink)[:, None] * uty) ** 2, axis=0)  # (k,)
         gcv = rss / (n * (1 - dof / n) ** 2)
-        better = gcv < best_gcv
-        best[better], best_gcv[better] = a, gcv[better]
-    coef = vt.T @ ((s[:, None] / (s2[:, None] + best[None, :])) * uty)  # (d, k)
+        if gcv < best_gcv:
+            best, best_gcv = a, gcv
+    coef = vt.T @ ((s / (s2 + best))[:, None] * uty)
     return coef, ym - xm @ coef
 
 
@@ -38,11 +41,11 @@ def probe_r2(table: np.ndarray, coords: np.ndarray, *, seed: int = 0) -> float:
 
     Leave-one-out below 50 positions, else shuffled 5-fold. Inside each training fold the table is
     scaled by its overall RMS on the training rows (one number, so rotations are untouched and the
-    result does not depend on the table's scale), and each axis of G gets its own ridge penalty, chosen
-    by generalised cross-validation over a fixed grid (so an axis with little variance is not
-    over-shrunk by a penalty fitted to a larger one). R^2 per axis = 1 - SS_res / SS_tot over the
-    pooled out-of-fold predictions. A mean over G's axes, so it is defined in G's own axes (grid rows
-    and columns, anatomical x/y/z): rotating G changes it, unlike the distance-based metrics.
+    result does not depend on the table's scale), and one ridge penalty is chosen by generalised
+    cross-validation over a fixed grid, with each axis's residuals counted as a share of its variance
+    (so G's units do not let one axis decide it). R^2 per axis = 1 - SS_res / SS_tot over the pooled
+    out-of-fold predictions. A mean over G's own axes (grid rows and columns, anatomical x/y/z): it
+    does not change when G is rotated if G's axes have equal variance (a square grid), otherwise it may.
     """
     x = np.asarray(table, dtype=np.float64)
     y = np.asarray(coords, dtype=np.float64)

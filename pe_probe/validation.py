@@ -55,11 +55,13 @@ def check_choice(value: str, allowed, what: str) -> str:
     return value
 
 
-def check_positive_int(value, what: str, minimum: int = 0) -> int:
+def check_positive_int(value, what: str, minimum: int = 0, maximum: int | None = None) -> int:
     try:
         iv = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{what} must be an integer, got {value!r}") from None
     if iv < minimum:
         raise InputError(f"{what} must be >= {minimum}, got {iv}")
+    if maximum is not None and iv > maximum:
+        raise InputError(f"{what} must be <= {maximum:,}, got {iv:,}")
     return iv

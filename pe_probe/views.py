@@ -273,7 +273,7 @@ def _reader(state: dict[str, np.ndarray], meta: dict[str, Any], name: str, view:
 
 def _ours(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     model = ((meta.get("config") or {}).get("model")) or {}
-    if "n_heads" not in model:
+    if not isinstance(model, dict) or "n_heads" not in model:
         raise InputError(f"{name}: the checkpoint's config lacks model.n_heads (and model.norm); the q/k/kernel "
                          f"views need a pe-probe checkpoint with its config; available view: raw")
     block = int(_OURS_TABLE.match(name).group(1) or 0)
@@ -285,6 +285,10 @@ def _ours(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Rea
     _require(state, need, name)
     w, b = _f64(state[p + "attn.qkv.weight"]), _f64(state[p + "attn.qkv.bias"])  # (3d, d), rows [q; k; v]
     d = w.shape[1]
+    heads = _heads(model, ("n_heads",), name)
+    if w.shape != (3 * d, d) or b.shape != (3 * d,) or d % heads:
+        raise InputError(f"{name}: {p}attn.qkv has shape {w.shape} (bias {b.shape}) for {heads} head(s); a pe-probe "
+                         f"checkpoint has (3d, d) with d divisible by the heads: was it edited? available view: raw")
     offset, what = None, "P"
     tensors = list(need)
     if block == 0:
@@ -304,7 +308,7 @@ def _ours(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Rea
     eps = 1e-5  # torch.nn.LayerNorm's default, used by trainers.model
     ln = (_f64(state[p + "ln1.weight"]), _f64(state[p + "ln1.bias"]), eps) if pre else None
     return _Reader(
-        "pe-probe", block, int(model["n_heads"]), offset, ln,
+        "pe-probe", block, heads, offset, ln,
         w[:d].T, b[:d], w[d : 2 * d].T, b[d : 2 * d], extra=extra,
         input=(f"{what} -> {p}ln1 -> {p}attn.qkv" if pre
                else f"{what} -> {p}attn.qkv (post-LN: no norm before attention)"),

@@ -150,14 +150,15 @@ def test_probe_planted_and_noise(h, w):
 
 
 def _ridge_gcv_reference(x, y, alphas):
-    """Ridge with intercept, penalty by generalised cross-validation, from explicit hat matrices."""
+    """Ridge with intercept, one penalty by generalised cross-validation from explicit hat matrices,
+    each column's residual sum of squares divided by its own (training) sum of squares."""
     n, d = x.shape
     xc, yc = x - x.mean(0), y - y.mean(0)
     best = None
     for a in alphas:
         inv = np.linalg.solve(xc.T @ xc + a * np.eye(d), np.eye(d))
         hat = xc @ inv @ xc.T + np.ones((n, n)) / n  # + intercept
-        rss = np.sum((y - hat @ y) ** 2)
+        rss = np.sum(np.sum((y - hat @ y) ** 2, axis=0) / np.sum(yc ** 2, axis=0))
         tr = np.trace(hat)
         if tr >= n:
             continue
@@ -173,7 +174,7 @@ def test_probe_r2_by_hand(n):
     rng = np.random.default_rng(3)
     g = rng.normal(size=(n, 2))
     x = np.hstack([g, rng.normal(size=(n, 3))]) + 0.3 * rng.normal(size=(n, 5)) + 4
-    g[:, 1] *= 0.2  # axes of different variance: each gets its own penalty
+    g[:, 1] *= 0.2  # axes of different variance: each counted as a share of its own
     alphas = np.logspace(-4, 4, 17)
     if n < 50:
         folds = [np.array([i]) for i in range(n)]
@@ -183,25 +184,24 @@ def test_probe_r2_by_hand(n):
     for test in folds:
         tr = np.setdiff1d(np.arange(n), test)
         xs = x / np.sqrt(np.mean((x[tr] - x[tr].mean(0)) ** 2))  # the table's RMS on the training rows
-        for axis in range(2):
-            coef, b = _ridge_gcv_reference(xs[tr], g[tr, axis], alphas)
-            pred[test, axis] = xs[test] @ coef + b
+        coef, b = _ridge_gcv_reference(xs[tr], g[tr], alphas)
+        pred[test] = xs[test] @ coef + b
     ref = np.mean(1 - ((g - pred) ** 2).sum(0) / ((g - g.mean(0)) ** 2).sum(0))
     assert probe_r2(x, g, seed=11) == pytest.approx(ref, abs=1e-10)
     assert 0.5 < ref < 1
 
 
-def test_probe_penalty_per_axis_does_not_sacrifice_a_small_axis():
-    """G's axes in different units: one penalty fitted to the pooled residuals (the large axis decides it)
-    lowers the small axis (mean 0.32 here with one pooled penalty, 0.55 per axis); a penalty per axis
-    is the mean of probing each axis alone (the small axis, not in the table, near 0)."""
+def test_probe_does_not_depend_on_the_units_of_each_axis():
+    """G's axes in different units: a penalty fitted to the raw pooled residuals lets the large axis
+    decide it (0.32 here; 0.52 once the small axis is in the same units). Residuals counted as a share
+    of each axis's variance make the result the same in any units."""
     rng = np.random.default_rng(0)
     g = np.column_stack([rng.uniform(0, 10, 40), rng.uniform(0, 1, 40)])
     x = np.column_stack([g[:, 0], rng.normal(size=(40, 20))])  # the large axis exactly, plus noise columns
     r = probe_r2(x, g)
-    alone = [probe_r2(x, g[:, :1]), probe_r2(x, g[:, 1:])]
-    assert r == pytest.approx(np.mean(alone), abs=1e-12)
-    assert alone[0] > 0.99 and -0.3 < alone[1] < 0.2 and r > 0.45
+    assert r == pytest.approx(probe_r2(x, g * [1, 10]), abs=1e-12)
+    assert r == pytest.approx(probe_r2(x, g * [0.01, 3]), abs=1e-12)
+    assert 0.45 < r < 0.6
 
 
 # ---------------------------------------------------------------- spectrum

@@ -110,10 +110,11 @@ def attention_maps(
         raise InputError(f"n_puzzles must be an integer >= 1, got {n_puzzles!r}")
     dev = resolve_device(device)
     ckpt = load_checkpoint(ckpt_path, map_location=dev)
-    task = (ckpt.get("config") or {}).get("task")
+    config = ckpt.get("config")
+    task = config.get("task") if isinstance(config, dict) else None
     if task != "lst":
         raise InputError(f"{ckpt_path}: attention maps are for Latin Square Task checkpoints, this one is {task!r}")
-    model, _ = model_from_checkpoint(ckpt, dev)
+    model, _ = model_from_checkpoint(ckpt, dev, ckpt_path)
     x = _inputs(puzzles, int(n_puzzles), seed)
     return model_attention_maps(model, x, batch_size=batch_size)
 

@@ -97,6 +97,9 @@ def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a pe-probe checkpoint with ``weights_only=True``; bad files raise InputError."""
     path = Path(path)
+    if path.is_dir():
+        hint = f"pass {path / 'last.pt'}" if (path / "last.pt").is_file() else "pass the .pt file of a run (e.g. RUN/last.pt)"
+        raise InputError(f"{path} is a folder, not a checkpoint file; {hint}")
     if not path.is_file():
         raise InputError(f"checkpoint {path} not found; pass the .pt file of a run (e.g. RUN/last.pt)")
     try:

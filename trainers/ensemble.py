@@ -65,7 +65,7 @@ from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
-    fused_adamw_supported, load_splits, make_optimizer, prepare_run_dir, seed_everything,
+    fused_adamw_supported, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles, seed_everything,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -466,6 +466,8 @@ def train_ensemble(
         seed_everything(cfg.seed)  # the same init as `train`
         models.append(PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)))
 
+    for cfg in {c.data.ood_puzzles: c for c in cfgs}.values():  # a bad --ood-puzzles file: before any folder
+        read_ood_puzzles(cfg)
     groups: dict[tuple[str, int], list[_Member]] = {}
     for i, (cfg, out, model) in enumerate(zip(cfgs, outs, models)):
         resume = prepare_run_dir(cfg, out, force)

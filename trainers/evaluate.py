@@ -148,11 +148,39 @@ def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
     return MatmulPrecision("high")
 
 
-def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> tuple[PETransformer, TrainConfig]:
+class rebuilding_model:
+    """Context for rebuilding a model from a checkpoint's config and weights: a file whose config and
+    weights disagree (edited, truncated, or from other code) fails with a one-line InputError naming
+    the file, not a traceback from deep inside torch."""
+
+    def __init__(self, path: Any):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        from pe_probe.errors import InputError
+
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        if isinstance(exc, InputError):  # the trainer's config checks: they name its flags, so say whose config
+            raise InputError(f"{self.path}: its saved config is not one the trainer accepts ({text}); was the "
+                             f"checkpoint edited? re-train or re-save it") from None
+        raise InputError(f"{self.path}: its config and weights do not rebuild the model it was saved from "
+                         f"({type(exc).__name__}: {text}); was the checkpoint edited? re-train or re-save it") from None
+
+
+def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu",
+                          path: Any = "checkpoint") -> tuple[PETransformer, TrainConfig]:
     """Rebuild the model a checkpoint was saved from and load its weights."""
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    model = PETransformer(cfg.model, cfg.pe, ckpt["ground_truth"]["coords"]).to(device)
-    model.load_state_dict(ckpt["model"])
+    from trainers.config import validate
+
+    with rebuilding_model(path):
+        cfg = validate(TrainConfig.from_dict(ckpt["config"]))  # the trainer's own checks (heads, widths, ...)
+        model = PETransformer(cfg.model, cfg.pe, ckpt["ground_truth"]["coords"]).to(device)
+        model.load_state_dict(ckpt["model"])
     model.eval()
     return model, cfg
 
@@ -182,7 +210,7 @@ def evaluate_checkpoint(
 
             raise InputError(f"--puzzles applies to the Latin Square Task only; {path} is a {task} checkpoint")
         return evaluate_masked_checkpoint(path, device=device)
-    model, cfg = model_from_checkpoint(ckpt, dev)
+    model, cfg = model_from_checkpoint(ckpt, dev, path)
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     m = split_metrics(model, encode_split(ps, dev), "x")
     out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix

@@ -61,16 +61,25 @@ def ground_truth(task: str):
     return grid(4, 4)
 
 
+def read_ood_puzzles(cfg: TrainConfig) -> Any:
+    """The held-out puzzles of ``--ood-puzzles`` (None without one), read and validated: called before
+    the run folder is touched too, so a bad file leaves nothing behind."""
+    from trainers.tasks.lst import read_puzzle_csv
+
+    path = cfg.data.ood_puzzles
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise InputError(f"--ood-puzzles file {path} not found; pass a study-format CSV")
+    return read_puzzle_csv(path)
+
+
 def load_splits(cfg: TrainConfig) -> dict[str, Any]:
     """Generate train / test / OOD puzzle sets from the data config (OOD from a file when given)."""
-    from trainers.tasks.lst import make_splits, read_puzzle_csv
+    from trainers.tasks.lst import make_splits
 
     d = cfg.data
-    ood = None
-    if d.ood_puzzles is not None:
-        if not Path(d.ood_puzzles).is_file():
-            raise InputError(f"--ood-puzzles file {d.ood_puzzles} not found; pass a study-format CSV")
-        ood = read_puzzle_csv(d.ood_puzzles)
+    ood = read_ood_puzzles(cfg)
     return make_splits(
         n_per_level=d.n_per_level,
         test_frac=d.test_frac,
@@ -235,7 +244,12 @@ def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] 
     A folder with ``last.pt`` is resumed only with the same config (``force`` restarts instead); a
     folder without one holds nothing to protect and is (re)started.
     """
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a run folder; choose another path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another folder") from None
     new = cfg.to_dict()
     cfg_path = out / CONFIG_FILE
     if force:
@@ -335,6 +349,7 @@ def train(
     step_model, mark_step, autocast, precision, speed = speed_setup(model, device, compile=compile, bf16=bf16,
                                                                    cuda_graphs=cuda_graphs, tf32=tf32)
 
+    read_ood_puzzles(cfg)  # a bad --ood-puzzles file fails here, before the run folder is touched
     resume = prepare_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
         log(f"{out}: run already finished at epoch {resume['epoch']} (ood_acc {resume['metrics'].get('ood_acc', float('nan')):.3f})")

@@ -228,15 +228,19 @@ def train_masked(
 
 def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict[str, float]:
     """MSE of a netsim / brain checkpoint on every split of its own (regenerated) data."""
-    from trainers.evaluate import resolve_device
+    from trainers.evaluate import rebuilding_model, resolve_device
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
-    cfg = MaskedTrainConfig.from_dict(ckpt["config"])
+    from trainers.config import validate_masked
+
+    with rebuilding_model(path):
+        cfg = validate_masked(MaskedTrainConfig.from_dict(ckpt["config"]))
     data = load_task_data(cfg)
     window = int(np.asarray(data["splits"]["train"][0]).shape[-1])
-    model = build_model(cfg, ckpt["ground_truth"]["coords"], window).to(dev)
-    model.load_state_dict(ckpt["model"])
+    with rebuilding_model(path):
+        model = build_model(cfg, ckpt["ground_truth"]["coords"], window).to(dev)
+        model.load_state_dict(ckpt["model"])
     splits = build_splits(cfg, data, dev)
     out = all_metrics(model, splits)
     for name, s in splits.items():
