@@ -36,7 +36,7 @@ import numpy as np
 from pe_probe.errors import OneLineArgumentParser
 
 CACHE_FILE = "analysis.json"
-CACHE_VERSION = 2  # 2: per-axis probe penalty, tie-aware neighbourhoods (80b3830)
+CACHE_VERSION = 3  # 3: probe penalty by variance-weighted GCV, tie-aware neighbourhoods
 OUT_SUBDIR = "analysis"
 REFERENCE = "sin2d:4x4"
 N_PUZZLES = 500

@@ -3,7 +3,7 @@
     python -m analyses.lst.sweep --preset quick --workers 2 --root runs/lst-sweep
     python -m analyses.lst.sweep --preset quick --backend ensemble --root runs/lst-sweep  # batched ensembles
     python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --set device=cuda --root runs/lst-paper
-    python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --set device=cuda --backend ensemble \
+    python -m analyses.lst.sweep --preset paper --sigmas full --seeds 15 --set device=cuda --backend ensemble \\
         --bf16 --cuda-graphs --root runs/lst-paper                       # the whole sweep batched on one GPU
     python -m analyses.lst.sweep --preset paper --epochs 400 ...      # a shorter paper-setting sweep
     python -m analyses.lst.sweep --preset paper --backend ray --address auto --set device=cuda --gpus-per-run 0.25 \\
