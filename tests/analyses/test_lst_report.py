@@ -1,0 +1,290 @@
+"""The LST report's verdict rules (analyses/lst/report.py) on small synthetic frames."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses.lst import report as R
+
+SIGMAS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
+
+
+def _view(rsa_of_sigma, p_of_sigma=lambda s, i: 0.01, seeds=4) -> pd.DataFrame:
+    """Last-checkpoint rows of one view: RSA and Mantel p per (σ, seed) from the given functions."""
+    rows = []
+    for s in SIGMAS:
+        for i in range(seeds):
+            rows.append({"run": f"s{s}-{i}", "sigma": s, "seed": i, "rsa_spearman": rsa_of_sigma(s, i),
+                         "rsa_p": p_of_sigma(s, i)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# geometry: three levels, as the criteria paragraph states
+
+
+def test_geometry_present():
+    g = R.geometry_state(_view(lambda s, i: 0.6 - 0.2 * s + 0.01 * i))
+    assert g["state"] == "present"
+    assert g["n_small"] == 16 and g["share_small"] == 1.0
+
+
+def test_geometry_weak_but_decreasing():
+    # small σ: mean RSA 0.18 < 0.3, but RSA falls with σ over the grid (p < 0.05)
+    g = R.geometry_state(_view(lambda s, i: 0.2 - 0.08 * s + 0.002 * i))
+    assert g["mean_small"] < 0.3 and g["rho"] < 0 and g["p"] < 0.05
+    assert g["state"] == "weak, but it decreases with σ"
+
+
+def test_geometry_decreasing_but_few_mantel_hits_is_not_present():
+    # mean RSA > 0.3 but the Mantel test significant in only a quarter of the small-σ runs
+    g = R.geometry_state(_view(lambda s, i: 0.5 - 0.2 * s + 0.001 * i, lambda s, i: 0.01 if i == 0 else 0.3))
+    assert g["mean_small"] > 0.3 and g["share_small"] == 0.25
+    assert g["state"] == "weak, but it decreases with σ"
+
+
+def test_geometry_not_supported():
+    rng = np.random.default_rng(1)
+    vals = {(s, i): float(rng.uniform(-0.1, 0.1)) for s in SIGMAS for i in range(4)}
+    g = R.geometry_state(_view(lambda s, i: vals[(s, i)], lambda s, i: 0.5))
+    assert not (g["rho"] < 0 and g["p"] < 0.05)
+    assert g["state"] == "not supported"
+
+
+def test_geometry_borderline():
+    d = _view(lambda s, i: (0.305 if s <= 0.2 else 0.0) + 0.001 * (i - 1.5))
+    g = R.geometry_state(d)
+    assert g["state"].startswith("present (borderline: mean RSA 0.305")
+    d2 = _view(lambda s, i: (0.295 if s <= 0.2 else 0.0) + 0.001 * (i - 1.5))
+    assert R.geometry_state(d2)["state"].startswith("weak, but it decreases with σ (borderline")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the small-σ trend sentence
+
+
+def _sigma_runs(acc_of_sigma) -> pd.DataFrame:
+    return pd.DataFrame([{"run": f"s{s}-{i}", "group": "sigma", "sigma": s, "seed": i, "ood_acc": acc_of_sigma(s, i)}
+                         for s in SIGMAS for i in range(4)])
+
+
+def test_small_sigma_trend_rises_falls_and_flat():
+    label, text = R.small_sigma_trend(_sigma_runs(lambda s, i: 0.7 + 0.4 * s + 0.001 * i))
+    assert label == "rises with σ"
+    assert text.startswith("over σ ≤ 0.5, held-out accuracy rises with σ (ρ = +") and "n = 24 runs" in text
+    assert R.small_sigma_trend(_sigma_runs(lambda s, i: 0.9 - 0.4 * s + 0.001 * i))[0] == "falls with σ"
+    flat = {0: 0.8, 1: 0.9, 2: 0.7, 3: 0.85}
+    label, text = R.small_sigma_trend(_sigma_runs(lambda s, i: flat[i]))
+    assert label == "no clear trend" and "shows no clear trend with σ" in text
+    # only σ <= 0.5 counts: a drop at large σ does not make the small-σ trend fall
+    assert R.small_sigma_trend(_sigma_runs(lambda s, i: (0.7 + 0.4 * s if s <= 0.5 else 0.2) + 0.001 * i))[0] == "rises with σ"
+
+
+def test_smaller_sigma_verdict_states_the_computed_trend():
+    sr = _sigma_runs(lambda s, i: (0.6 + 0.6 * s if s <= 0.5 else 0.3) + 0.01 * i)
+    out = R.verdicts(sr, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
+    line = next(v for v in out if v.startswith("**Smaller σ is better"))
+    assert "threshold" not in line
+    assert "over σ ≤ 0.5, held-out accuracy rises with σ" in line
+
+
+# ---------------------------------------------------------------------------------------------------
+# weight decay: paired difference with its t-CI against the study's implied gain
+
+
+def _paired(a, b):
+    idx = range(len(a))
+    return R.paired_ci(pd.Series(a, index=idx), pd.Series(b, index=idx))
+
+
+def test_paired_ci_matches_scipy():
+    from scipy import stats
+
+    a, b = [0.9, 0.95, 0.92, 0.97], [0.85, 0.9, 0.91, 0.9]
+    c = _paired(a, b)
+    d = np.subtract(a, b)
+    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    assert c["n"] == 4 and c["diff"] == pytest.approx(d.mean())
+    assert (c["ci_low"], c["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert c["t_p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    assert c["mean_a"] == pytest.approx(np.mean(a)) and c["mean_b"] == pytest.approx(np.mean(b))
+
+
+def test_wd_state_labels():
+    gain = 0.065
+    assert R.wd_state(_paired([0.95, 0.96, 0.97], [0.90, 0.905, 0.91]), gain) == "supported"
+    assert R.wd_state(_paired([0.99, 0.995, 0.999], [0.90, 0.905, 0.91]), gain) == "supported"
+    small = R.wd_state(_paired([0.91, 0.915, 0.92], [0.90, 0.904, 0.909]), gain)
+    assert small.startswith("supported, but by less than the study's implied gain")
+    wide = R.wd_state(_paired([0.92, 0.94, 0.93], [0.96, 0.94, 0.89]), gain)  # CI about [-11, +10] points
+    assert wide.startswith("not detected (95% CI [") and "includes the study's implied gain of ~6.5" in wide
+    narrow = R.wd_state(_paired([0.25, 0.29, 0.22], [0.24, 0.28, 0.24]), 0.613)
+    assert narrow.startswith("not reproduced (95% CI [") and "excludes the study's implied gain of ~61.3" in narrow
+    assert R.wd_state(_paired([0.9], [0.8]), gain) == "descriptive only"
+
+
+def _wd_frames():
+    rows = []
+    for seed, (plain, wd) in enumerate([(0.96, 0.92), (0.94, 0.94), (0.89, 0.93), (0.92, None)]):
+        rows.append({"run": f"sigma-{seed}", "group": "sigma", "pe": "learned", "sigma": 0.1, "control": "none",
+                     "seed": seed, "ood_acc": plain, "epochs": 40})
+        rows.append({"run": f"sigma2-{seed}", "group": "sigma", "pe": "learned", "sigma": 2.0, "control": "none",
+                     "seed": seed, "ood_acc": 0.25, "epochs": 40})
+        if wd is not None:
+            rows.append({"run": f"wd-{seed}", "group": "control", "pe": "learned", "sigma": 0.1, "control": "wd0.1",
+                         "seed": seed, "ood_acc": wd, "epochs": 40})
+    return pd.DataFrame(rows)
+
+
+def test_wd_verdict_prints_paired_means_and_the_training_length():
+    runs = _wd_frames()
+    out = R.verdicts(runs, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
+    line = next(v for v in out if v.startswith("**Weight decay helps learned PEs (study: about 99%), σ = 0.1"))
+    assert ": not detected (95% CI [" in line
+    # paired means over seeds 0-2 (the unpaired σ=0.1 mean over 4 seeds would be 92.75%)
+    assert "over the 3 seed(s) both have (0, 1, 2)" in line.lower()
+    assert "AdamW weight decay 0.1 93.0% vs without 93.0%" in line
+    assert "~99% with weight decay" in line and "~~" not in line
+    assert "the study trained 4,000 epochs, these runs 40" in line
+
+
+# ---------------------------------------------------------------------------------------------------
+# attention maps against the no-PE floor; the 2D sinusoid against the best σ
+
+
+def test_attention_state_uses_the_no_pe_floor():
+    assert R.attention_state(0.75, 0.3, 0.67) == "supported: small σ exceeds the no-PE floor"
+    s = R.attention_state(0.596, 0.26, 0.67)
+    assert s == "not supported: large σ falls below the no-PE floor, while small σ does not exceed it"
+    assert R.attention_state(0.6, 0.7, 0.67).startswith("not supported: large σ does not fall below")
+    assert R.attention_state(0.6, 0.3, float("nan")).startswith("descriptive only")
+
+
+def test_best_state():
+    assert R.best_state(_paired([0.98, 0.99, 0.985, 0.99], [0.9, 0.92, 0.91, 0.93])) == "supported"
+    assert R.best_state(_paired([0.8, 0.83, 0.8, 0.84], [0.9, 0.92, 0.91, 0.93])) == "not supported"
+    assert R.best_state(_paired([0.97, 0.94, 0.93, 0.86], [0.96, 0.99, 0.93, 0.95])) == "not distinguishable"
+    assert R.best_state(_paired([0.9], [0.8])) == "descriptive only"
+
+
+# ---------------------------------------------------------------------------------------------------
+# distance to the sinusoid: the within-σ correlation removes what σ carries
+
+
+def test_within_sigma_spearman_removes_the_sigma_effect():
+    rng = np.random.default_rng(0)
+    rows = []
+    for s in SIGMAS:
+        for i in range(6):
+            rows.append({"sigma": s, "dist": 10 * s + rng.normal(0, 0.1), "acc": 1 - 0.3 * s + rng.normal(0, 0.01)})
+    d = pd.DataFrame(rows)
+    across, p_across, _ = R.spearman(d.dist, d.acc)
+    within, p_within, n = R.within_sigma_spearman(d, "dist", "acc")
+    assert across < -0.8 and p_across < 1e-6
+    assert abs(within) < 0.3 and p_within > 0.05 and n == len(d)
+    # a real within-σ association is kept
+    d["acc2"] = d.acc - 0.5 * (d.dist - 10 * d.sigma)
+    assert R.within_sigma_spearman(d, "dist", "acc2")[0] < -0.8
+
+
+# ---------------------------------------------------------------------------------------------------
+# which CPU attention code path trained a run (train.log times against commit a635489)
+
+
+def test_code_paths_and_mixed_pairs(tmp_path):
+    runs = pd.DataFrame([
+        {"run": "a-0", "group": "control", "control": "wd0.1", "sigma": 0.1, "seed": 0, "train_seconds": 100.0},
+        {"run": "a-1", "group": "control", "control": "wd0.1", "sigma": 0.1, "seed": 1, "train_seconds": 100.0},
+        {"run": "b-0", "group": "sigma", "control": "none", "sigma": 0.1, "seed": 0, "train_seconds": 100.0},
+        {"run": "b-1", "group": "sigma", "control": "none", "sigma": 0.1, "seed": 1, "train_seconds": 100.0},
+        {"run": "c-0", "group": "sigma", "control": "none", "sigma": 2.0, "seed": 0, "train_seconds": 100.0},
+    ])
+    logs = {"a-0": "2026-11-30 01:00:00", "a-1": "2026-11-30 04:40:00", "b-0": "2026-11-30 02:00:00",
+            "b-1": "2026-11-30 03:30:00"}  # b-1 finishes after the switch: not determined
+    for run, t in logs.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "train.log").write_text(f"# {t} pe-probe train lst ...\nepoch 5/40\n")
+    paths = R.code_paths(tmp_path, runs)
+    assert paths.to_dict() == {"a-0": "fused", "a-1": "matmul", "b-0": "fused", "b-1": "unknown", "c-0": "unknown"}
+    assert "torch's fused kernel: 2 runs" in R.describe_paths(paths)
+    wd, plain = dict(group="control", control="wd0.1", sigma=0.1), dict(group="sigma", sigma=0.1)
+    mixed = R.pair_paths(runs, paths, wd, plain)
+    assert mixed.startswith("A: seed 0 torch's fused kernel, seed 1 matmul-softmax; B: ")
+    same = pd.Series({r: "fused" for r in runs.run})
+    assert R.pair_paths(runs, same, wd, plain) == ""
+    assert R.pair_paths(runs, same, wd, plain, all_paths=True) == "torch's fused kernel (all)"
+
+
+# ---------------------------------------------------------------------------------------------------
+# the written report: CSV bounds, trajectory data, labels
+
+
+def _frames():
+    rng = np.random.default_rng(0)
+    runs, evals, ana, lay = [], [], [], []
+    coords = np.array([(r, c) for r in range(4) for c in range(4)], float)
+    items = [("sigma", "learned", s, "every", "none") for s in (0.1, 0.2, 1.5, 2.0)]
+    items += [("pe_type", "sin2d", None, "every", "none"), ("pe_type", "none", None, "every", "none"),
+              ("control", "learned", 0.1, "every", "wd0.1")]
+    for seed in (0, 1, 2):
+        for group, pe, sigma, place, control in items:
+            name = f"{group}-{pe}-{sigma}-{control}-{seed}"
+            tags = {"group": group, "pe": pe, "sigma": sigma, "placement": place, "control": control, "seed": seed}
+            # accuracies near 1 with spread: the t-interval's upper bound passes 1
+            acc = {k: float(rng.choice([0.7, 0.99, 1.0])) for k in ("train_acc", "test_acc", "ood_acc", "ood_acc_binary",
+                                                                   "ood_acc_ternary", "ood_acc_quaternary")}
+            acc["train_loss"] = 0.1
+            runs.append({"run": name, **tags, "epochs": 4, **acc, "train_seconds": 1.0})
+            for ep in (2, 4):
+                evals.append({"run": name, **tags, "epoch": ep, "step": ep, "time": 1.0, **acc})
+                for view, layer in (("raw", "mean"), ("raw", "0"), ("q", "0"), ("k", "0"), ("qk", "0"),
+                                    ("kernel", "mean"), ("attention", "mean")):
+                    ana.append({"run": name, **tags, "checkpoint": f"step-{ep}", "epoch": ep, "step": ep,
+                                "is_last": ep == 4, **{f"eval_{k}": v for k, v in acc.items()},
+                                "view": view, "layer": layer, "rsa_spearman": float(rng.uniform(-0.2, 0.9)),
+                                "rsa_p": float(rng.uniform(0, 0.2)), "recovery_cmds_r2": float(rng.uniform(0, 1)),
+                                "probe_r2": 0.5, "ref_shape_distance": float(rng.uniform(0.5, 1.5)),
+                                "ref_procrustes_distance": float(rng.uniform(1, 10)), "kernel_distance_rho": 0.1,
+                                "attention_similarity": float(rng.uniform(0.3, 0.9)) if view == "attention" else None})
+            for view in ("raw", "kernel", "attention"):
+                rec = coords + rng.normal(0, 0.3, coords.shape)
+                for pos in range(16):
+                    lay.append({"run": name, **tags, "view": view, "layer": "mean", "position": pos,
+                                "true_row": coords[pos, 0], "true_col": coords[pos, 1],
+                                "cmds_row": rec[pos, 0], "cmds_col": rec[pos, 1]})
+    return {"runs": pd.DataFrame(runs), "evals": pd.DataFrame(evals), "analyses": pd.DataFrame(ana),
+            "layouts": pd.DataFrame(lay)}
+
+
+def test_written_report_labels_and_csvs(tmp_path):
+    root = tmp_path / "sweep"
+    root.mkdir()
+    (root / "grid.json").write_text(json.dumps({"preset": "quick", "runs": []}))
+    out = tmp_path / "report"
+    text = R.write_report(root, out, _frames(), "python -m analyses.lst.report --root X").read_text()
+    acc = pd.read_csv(out / "accuracy_vs_sigma.csv")
+    bounds = acc.filter(like="_ci_")
+    assert bounds.notna().any().any() and (bounds.max().max() <= 1.0) and (bounds.min().min() >= 0.0)
+    assert pd.read_csv(out / "per_level_vs_sigma.csv").filter(like="_ci_").max().max() <= 1.0
+    panels = set(pd.read_csv(out / "trajectories.csv").panel)
+    assert {"raw:0:rsa_spearman", "qk:0:rsa_spearman", "raw:mean:rsa_spearman"} <= panels
+    traj = pd.read_csv(out / "table_traj.csv")
+    assert set(traj["σ band"]) == {"σ ≤ 0.2", "σ ≥ 1.5"}
+    ident = pd.read_csv(out / "table_ident.csv")
+    assert any(c.startswith("share Mantel p<0.05, all σ") for c in ident.columns)
+    assert any(c.startswith("share Mantel p<0.05, σ ≤ 0.2") for c in ident.columns)
+    assert "σ = 0.1 vs σ = 2.0, seed 0" in text
+    assert "not available here" in text and "not public" not in text
+    assert "~99 (σ not given)" in text and "99.0" not in text
+    verdicts = text[text.index("## Verdicts"):text.index("## Later in training")]
+    for head in ("q view of the table, layer 0", "k view of the table, layer 0", "qk view of the table, layer 0"):
+        assert f"Grid geometry in the {head}: " in verdicts
+    assert "the study's ρ = -0.98 used" not in text
+    assert "Within σ (distance and accuracy centred on each σ's mean)" in verdicts
+    assert "The 2D sinusoid generalizes best (study: 97.7%): " in verdicts and "paired t p = " in verdicts
+    for label in ("*not detected*", "*not reproduced*", "*not distinguishable*", "*weak, but it decreases with σ*"):
+        assert label in verdicts
