@@ -224,40 +224,16 @@ def test_code_paths_and_mixed_pairs(tmp_path):
 
 
 def _frames():
-    rng = np.random.default_rng(0)
-    runs, evals, ana, lay = [], [], [], []
-    coords = np.array([(r, c) for r in range(4) for c in range(4)], float)
+    from synthetic_sweep import ACC_KEYS, synthetic_frames
+
     items = [("sigma", "learned", s, "every", "none") for s in (0.1, 0.2, 1.5, 2.0)]
     items += [("pe_type", "sin2d", None, "every", "none"), ("pe_type", "none", None, "every", "none"),
               ("control", "learned", 0.1, "every", "wd0.1")]
-    for seed in (0, 1, 2):
-        for group, pe, sigma, place, control in items:
-            name = f"{group}-{pe}-{sigma}-{control}-{seed}"
-            tags = {"group": group, "pe": pe, "sigma": sigma, "placement": place, "control": control, "seed": seed}
-            # accuracies near 1 with spread: the t-interval's upper bound passes 1
-            acc = {k: float(rng.choice([0.7, 0.99, 1.0])) for k in ("train_acc", "test_acc", "ood_acc", "ood_acc_binary",
-                                                                   "ood_acc_ternary", "ood_acc_quaternary")}
-            acc["train_loss"] = 0.1
-            runs.append({"run": name, **tags, "epochs": 4, **acc, "train_seconds": 1.0})
-            for ep in (2, 4):
-                evals.append({"run": name, **tags, "epoch": ep, "step": ep, "time": 1.0, **acc})
-                for view, layer in (("raw", "mean"), ("raw", "0"), ("q", "0"), ("k", "0"), ("qk", "0"),
-                                    ("kernel", "mean"), ("attention", "mean")):
-                    ana.append({"run": name, **tags, "checkpoint": f"step-{ep}", "epoch": ep, "step": ep,
-                                "is_last": ep == 4, **{f"eval_{k}": v for k, v in acc.items()},
-                                "view": view, "layer": layer, "rsa_spearman": float(rng.uniform(-0.2, 0.9)),
-                                "rsa_p": float(rng.uniform(0, 0.2)), "recovery_cmds_r2": float(rng.uniform(0, 1)),
-                                "probe_r2": 0.5, "ref_shape_distance": float(rng.uniform(0.5, 1.5)),
-                                "ref_procrustes_distance": float(rng.uniform(1, 10)), "kernel_distance_rho": 0.1,
-                                "attention_similarity": float(rng.uniform(0.3, 0.9)) if view == "attention" else None})
-            for view in ("raw", "kernel", "attention"):
-                rec = coords + rng.normal(0, 0.3, coords.shape)
-                for pos in range(16):
-                    lay.append({"run": name, **tags, "view": view, "layer": "mean", "position": pos,
-                                "true_row": coords[pos, 0], "true_col": coords[pos, 1],
-                                "cmds_row": rec[pos, 0], "cmds_col": rec[pos, 1]})
-    return {"runs": pd.DataFrame(runs), "evals": pd.DataFrame(evals), "analyses": pd.DataFrame(ana),
-            "layouts": pd.DataFrame(lay)}
+
+    def accuracies(rng):  # accuracies near 1 with spread: the t-interval's upper bound passes 1
+        return {**{k: float(rng.choice([0.7, 0.99, 1.0])) for k in ACC_KEYS}, "train_loss": 0.1}
+
+    return synthetic_frames(items, accuracies, lambda rng: float(rng.uniform(0.3, 0.9)))
 
 
 def test_written_report_labels_and_csvs(tmp_path):
