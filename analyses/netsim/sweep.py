@@ -53,8 +53,12 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
     return records
 
 
-def analyse_run(ckpt: Path, n_perm: int = 199) -> tuple[dict[str, float], Any]:
-    """Layer-0 PE table of a run vs its own ground truth: selected metrics and the full result."""
+N_PERM = 199
+
+
+def analyse_run(ckpt: Path, n_perm: int = N_PERM) -> tuple[dict[str, Any], Any]:
+    """Layer-0 PE table of a run vs its own ground truth: selected metrics (plus ``pe_table``, the tensor
+    analysed, and ``pe_n_tables``, how many per-layer tables the run has) and the full result."""
     from pe_probe.analysis import analyze
     from pe_probe.io import load_table
 
@@ -62,7 +66,9 @@ def analyse_run(ckpt: Path, n_perm: int = 199) -> tuple[dict[str, float], Any]:
     r = analyze(lt.table, lt.ground_truth, methods="pca,smacof", n_perm=n_perm, n_boot=0, n_null=5, seed=0)
     keys = ("rsa_spearman", "rsa_p", "recovery_pca_r2", "recovery_smacof_r2", "probe_r2", "trustworthiness",
             "null_rsa_mean")
-    return {k: float(r.metrics[k]) for k in keys if k in r.metrics}, r
+    out: dict[str, Any] = {k: float(r.metrics[k]) for k in keys if k in r.metrics}
+    out.update(pe_table=str(lt.param), pe_n_tables=int(lt.n_layers))
+    return out, r
 
 
 def t_interval(x: np.ndarray) -> tuple[float, float, float]:
@@ -92,14 +98,150 @@ def summarise(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Possible range of each metric: t-intervals over 2 seeds can reach past it; tables clip them to it.
+RANGES: dict[str, tuple[float, float]] = {
+    "rsa_spearman": (-1.0, 1.0), "rsa_fc_spearman": (-1.0, 1.0), "rsa_dist_given_fc": (-1.0, 1.0),
+    "rsa_fc_given_dist": (-1.0, 1.0), "trustworthiness": (0.0, 1.0), "probe_r2": (-math.inf, 1.0),
+    "recovery_smacof_r2": (-math.inf, 1.0), "recovery_pca_r2": (-math.inf, 1.0),
+}
+CLIP_MARK = "†"
+
+
+def metric_range(col: str) -> tuple[float, float]:
+    """(low, high) a metric can take: RANGES, else MSEs and MSE ratios are >= 0, else unbounded."""
+    if col in RANGES:
+        return RANGES[col]
+    if "mse" in col or col.endswith("_rel"):
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> tuple[float, float, bool, bool]:
+    """The interval clipped to ``bounds``: (lo, hi, lo was clipped, hi was clipped); nan stays nan."""
+    b_lo, b_hi = bounds
+    lo_c = bool(np.isfinite(lo) and lo < b_lo)
+    hi_c = bool(np.isfinite(hi) and hi > b_hi)
+    return (b_lo if lo_c else lo), (b_hi if hi_c else hi), lo_c, hi_c
+
+
+def interval(row: pd.Series, col: str) -> tuple[float, float, bool, bool]:
+    """A summary row's 95% interval of ``col``, clipped to the metric's possible range."""
+    return clip_interval(float(row.get(f"{col}_lo", float("nan"))), float(row.get(f"{col}_hi", float("nan"))),
+                         metric_range(col))
+
+
 def fmt(row: pd.Series, col: str, digits: int = 3) -> str:
+    """``mean [lo, hi]`` with the interval clipped to the metric's range (a clipped end is marked †)."""
     m = row.get(col, float("nan"))
     if not np.isfinite(m):
         return "–"
-    lo, hi = row.get(f"{col}_lo", float("nan")), row.get(f"{col}_hi", float("nan"))
+    lo, hi, lo_c, hi_c = interval(row, col)
     if np.isfinite(lo):
-        return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        mark = lambda c: CLIP_MARK if c else ""  # noqa: E731
+        return f"{m:.{digits}f} [{lo:.{digits}f}{mark(lo_c)}, {hi:.{digits}f}{mark(hi_c)}]"
     return f"{m:.{digits}f}"
+
+
+def n_clipped(summary: pd.DataFrame, cols: list[str]) -> int:
+    """How many interval ends of ``cols`` in ``summary`` the tables clip."""
+    return sum(int(c1) + int(c2) for _, r in summary.iterrows() for c in cols if f"{c}_lo" in r
+               for (_, _, c1, c2) in [interval(r, c)])
+
+
+def deterministic_labels(df: pd.DataFrame, cols: list[str]) -> list[str]:
+    """Labels whose per-seed values of every one of ``cols`` are identical (a fixed table): zero-width intervals."""
+    out = []
+    for label, g in df.groupby("label", sort=False):
+        vals = [g[c].to_numpy(dtype=float) for c in cols if c in g]
+        vals = [v[np.isfinite(v)] for v in vals]
+        if len(g) > 1 and vals and all(len(v) > 1 and np.all(v == v[0]) for v in vals):
+            out.append(label)
+    return out
+
+
+# ---- verdict levels -------------------------------------------------------------------------------
+
+ALPHA = 0.05  # Mantel test: a table is above chance at p < ALPHA
+HOLDS, OPPOSITE = "holds", "opposite"
+
+
+def same_direction(n: int) -> str:
+    return f"inconclusive ({n} seeds): same direction in every seed"
+
+
+def opposite_direction(n: int) -> str:
+    return f"inconclusive ({n} seeds): opposite direction in every seed"
+
+
+DISAGREE = "inconclusive: seeds disagree"
+
+
+def verdict_level(a: np.ndarray, b: np.ndarray, claim: str, bounds: tuple[float, float] = (-math.inf, math.inf)) -> str:
+    """Level of the claim "a is ``claim`` ('lower' or 'higher') than b" from per-seed values.
+
+    ``holds``: the 95% t-intervals over seeds (clipped to ``bounds``) do not overlap and a lies on the
+    claimed side; ``opposite``: they do not overlap and a lies on the other side; otherwise inconclusive:
+    ``same direction in every seed`` when every seed of a lies on the claimed side of every seed of b,
+    ``opposite direction in every seed`` when every seed lies on the other side, else ``seeds disagree``.
+    """
+    if claim not in ("lower", "higher"):
+        raise ValueError(f"claim must be 'lower' or 'higher', got {claim!r}")
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError("verdict_level needs at least one finite value on each side")
+    _, a_lo, a_hi = t_interval(a)
+    _, b_lo, b_hi = t_interval(b)
+    a_lo, a_hi, _, _ = clip_interval(a_lo, a_hi, bounds)
+    b_lo, b_hi, _, _ = clip_interval(b_lo, b_hi, bounds)
+    sign = 1.0 if claim == "lower" else -1.0  # claim: sign * a < sign * b
+    if np.isfinite(a_lo) and np.isfinite(b_lo):
+        if a_hi < b_lo:
+            return HOLDS if claim == "lower" else OPPOSITE
+        if b_hi < a_lo:
+            return HOLDS if claim == "higher" else OPPOSITE
+    n = min(len(a), len(b))
+    diff = sign * (a[:, None] - b[None, :])  # < 0 where the pair goes the claimed way
+    if np.all(diff < 0):
+        return same_direction(n)
+    if np.all(diff > 0):
+        return opposite_direction(n)
+    return DISAGREE
+
+
+def level_criteria(n_seeds: int, t_value: float) -> str:
+    """The verdict levels as `verdict_level` applies them, in words."""
+    return (f"Verdict levels (computed by `verdict_level` in `analyses/netsim/sweep.py`): **{HOLDS}** = the 95% "
+            f"t-intervals over the {n_seeds} seeds (t = {t_value:.1f}, clipped to the metric's range) do not overlap "
+            f"and the difference goes the claimed way; **{OPPOSITE}** = they do not overlap and it goes the other way; "
+            f"otherwise **{same_direction(n_seeds)}** when every seed of the first condition lies on the claimed side "
+            f"of every seed of the second, **{opposite_direction(n_seeds)}** when every seed lies on the other side, "
+            f"and **{DISAGREE}** when the seeds point both ways. With {n_seeds} seeds the interval test has very "
+            "little power, so an inconclusive level is not evidence against a claim; \"holds\" means consistent with "
+            "the study, not a replication of it.")
+
+
+def tables_at_chance(rsa_p: np.ndarray, probe_r2: np.ndarray, alpha: float = ALPHA) -> bool:
+    """Every learned table is at chance: no run has Mantel p < alpha and every run's probe R2 is < 0."""
+    p = np.asarray(rsa_p, dtype=float)
+    r2 = np.asarray(probe_r2, dtype=float)
+    p, r2 = p[np.isfinite(p)], r2[np.isfinite(r2)]
+    if len(p) == 0 or len(r2) == 0:
+        raise ValueError("tables_at_chance needs per-run Mantel p-values and probe R2s")
+    return bool(np.all(p >= alpha) and np.all(r2 < 0))
+
+
+def at_chance_criteria(alpha: float = ALPHA, n_perm: int = 199) -> str:
+    return (f"A learned table is *at chance* when its Mantel p >= {alpha:g} ({n_perm} permutations, so the smallest "
+            f"possible p is {1 / (n_perm + 1):.3f}) and its linear-probe R2 < 0 (the probe predicts the coordinates "
+            "worse than their mean); when every learned run is at chance, geometry claims are *not testable* here.")
+
+
+def t_value(n: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, n - 1))
 
 
 def markdown_table(summary: pd.DataFrame, cols: list[tuple[str, str]]) -> str:
@@ -142,3 +284,44 @@ def sigma_figure(df: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: li
 
 def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, default=float) + "\n")
+
+
+def seed_values(df: pd.DataFrame, label: str, col: str) -> np.ndarray:
+    """Per-seed values of ``col`` for the condition ``label`` (one row per run in ``df``)."""
+    return df.loc[df["label"] == label, col].to_numpy(dtype=float)
+
+
+def compare(df: pd.DataFrame, a: str, b: str, col: str, claim: str) -> str:
+    """`verdict_level` of "condition a is ``claim`` than condition b on ``col``", clipped to col's range."""
+    return verdict_level(seed_values(df, a, col), seed_values(df, b, col), claim, metric_range(col))
+
+
+def chance_summary(df: pd.DataFrame, alpha: float = ALPHA) -> tuple[bool, str]:
+    """(every learned table at chance, the numbers behind it in words) over all learned runs in ``df``."""
+    L = df[df["pe"] == "learned"]
+    at = tables_at_chance(L["rsa_p"], L["probe_r2"], alpha)
+    n_sig = int((L["rsa_p"] < alpha).sum())
+    n_pos = int((L["probe_r2"] >= 0).sum())
+    text = (f"over the {len(L)} learned runs RSA is {L['rsa_spearman'].min():.3f} to {L['rsa_spearman'].max():.3f} "
+            f"(chance level, the mean RSA of random Gaussian tables: {L['null_rsa_mean'].mean():.3f}), Mantel p {L['rsa_p'].min():.3f} to "
+            f"{L['rsa_p'].max():.3f} ({n_sig} runs with p < {alpha:g}), probe R2 {L['probe_r2'].min():.3f} to "
+            f"{L['probe_r2'].max():.3f} ({n_pos} runs with R2 >= 0)")
+    return at, text
+
+
+def above_chance_text(p: np.ndarray, alpha: float = ALPHA) -> str:
+    """'holds' when every seed has Mantel p < alpha, else how many do; with the p-values."""
+    p = np.asarray(p, dtype=float)
+    k = int((p < alpha).sum())
+    head = f"**{HOLDS}**" if k == len(p) else f"**no**: {k} of {len(p)} seeds"
+    return f"{head} (p = {', '.join(f'{v:.3f}' for v in p)})"
+
+
+def table_provenance(df: pd.DataFrame) -> str:
+    """Which per-layer PE table the analysis read, and how many each run has (from `analyse_run`)."""
+    t = df[df["pe"] != "none"]
+    names = sorted(set(t["pe_table"].dropna()))
+    counts = sorted({int(v) for v in t["pe_n_tables"].dropna()})
+    return (f"only the layer-0 table ({', '.join(f'`{n}`' for n in names)}) is analysed, while every PE run here "
+            f"has {' or '.join(map(str, counts))} PE tables (the quick preset's `pe.every_layer`: a separate table "
+            "at every layer's input); the other layers' tables are not analysed")

@@ -1,0 +1,197 @@
+"""Verdict levels, the at-chance rule, interval clipping and the linear baseline of the netsim / brain reports."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses.netsim.sweep import (DISAGREE, HOLDS, OPPOSITE, above_chance_text, chance_summary, clip_interval,
+                                   deterministic_labels, fmt, metric_range, opposite_direction, same_direction,
+                                   summarise, tables_at_chance, verdict_level)
+
+
+# ---- verdict levels -------------------------------------------------------------------------------
+
+def test_holds_when_intervals_separate_in_the_claimed_direction():
+    assert verdict_level([0.10, 0.11], [0.50, 0.51], "lower") == HOLDS
+    assert verdict_level([0.50, 0.51], [0.10, 0.11], "higher") == HOLDS
+
+
+def test_opposite_when_intervals_separate_the_other_way():
+    assert verdict_level([0.50, 0.51], [0.10, 0.11], "lower") == OPPOSITE
+    assert verdict_level([0.10, 0.11], [0.50, 0.51], "higher") == OPPOSITE
+
+
+def test_inconclusive_same_direction_when_every_seed_agrees_but_intervals_overlap():
+    # t(1) = 12.7: spread 0.1 gives half-width ~0.64, so the intervals overlap
+    a, b = [0.40, 0.50], [0.55, 0.65]
+    assert verdict_level(a, b, "lower") == same_direction(2)
+    assert verdict_level(a, b, "higher") == opposite_direction(2)
+    assert same_direction(2) == "inconclusive (2 seeds): same direction in every seed"
+
+
+def test_inconclusive_seeds_disagree():
+    assert verdict_level([0.40, 0.70], [0.50, 0.60], "lower") == DISAGREE
+    assert verdict_level([0.50, 0.50], [0.50, 0.50], "lower") == DISAGREE  # ties are no direction
+    assert DISAGREE == "inconclusive: seeds disagree"
+
+
+def test_single_values_fall_back_to_the_seed_comparison():
+    assert verdict_level([0.4], [0.5], "lower") == same_direction(1)
+
+
+def test_verdict_level_rejects_bad_input():
+    with pytest.raises(ValueError):
+        verdict_level([0.1, 0.2], [0.3, 0.4], "better")
+    with pytest.raises(ValueError):
+        verdict_level([float("nan")], [0.3], "lower")
+
+
+def test_clipping_inside_verdict_level_keeps_the_levels():
+    # raw intervals reach past 1 on both sides of the bound; clipped they still overlap
+    a, b = [0.5, 0.6], [0.9, 0.99]
+    assert verdict_level(a, b, "lower", (-1.0, 1.0)) == same_direction(2)
+
+
+# ---- the at-chance rule ---------------------------------------------------------------------------
+
+def test_tables_at_chance_rule():
+    assert tables_at_chance([0.06, 0.155, 0.05, 0.3], [-0.1, -0.05, -0.001, -0.2])  # p = alpha is not < alpha
+    assert not tables_at_chance([0.06, 0.04], [-0.1, -0.05])  # one significant Mantel test
+    assert not tables_at_chance([0.06, 0.2], [-0.1, 0.01])  # one probe better than the mean
+    with pytest.raises(ValueError):
+        tables_at_chance([], [])
+
+
+def runs_frame(rsa_p, probe_r2) -> pd.DataFrame:
+    n = len(rsa_p)
+    return pd.DataFrame({"label": [f"learned σ={s}" for s in range(n)], "pe": "learned", "sigma": range(n),
+                         "seed": 0, "rsa_spearman": np.linspace(0.02, 0.07, n), "rsa_p": rsa_p,
+                         "probe_r2": probe_r2, "null_rsa_mean": -0.01})
+
+
+def test_chance_summary_reports_the_numbers():
+    at, text = chance_summary(runs_frame([0.06, 0.3], [-0.1, -0.02]))
+    assert at
+    assert "Mantel p 0.060 to 0.300 (0 runs with p < 0.05)" in text
+    assert "probe R2 -0.100 to -0.020 (0 runs with R2 >= 0)" in text
+    at, _ = chance_summary(runs_frame([0.005, 0.3], [0.2, -0.02]))
+    assert not at
+
+
+def test_above_chance_text():
+    assert above_chance_text(np.array([0.005, 0.01])).startswith("**holds**")
+    assert above_chance_text(np.array([0.005, 0.06])).startswith("**no**: 1 of 2 seeds")
+
+
+# ---- interval clipping ----------------------------------------------------------------------------
+
+def test_clip_interval_and_ranges():
+    assert clip_interval(-0.074, 1.244, (-1.0, 1.0)) == (-0.074, 1.0, False, True)
+    assert clip_interval(-1.5, 0.2, (-1.0, 1.0)) == (-1.0, 0.2, True, False)
+    lo, hi, c1, c2 = clip_interval(float("nan"), float("nan"), (-1.0, 1.0))
+    assert math.isnan(lo) and math.isnan(hi) and not c1 and not c2
+    assert metric_range("rsa_fc_spearman") == (-1.0, 1.0)
+    assert metric_range("probe_r2") == (-math.inf, 1.0)
+    assert metric_range("ood_mse") == (0.0, math.inf)
+    assert metric_range("ood_rel") == (0.0, math.inf)
+    assert metric_range("ood_train_gap") == (-math.inf, math.inf)  # a difference of MSEs can be negative
+
+
+def test_fmt_marks_clipped_ends_and_leaves_others():
+    row = pd.Series({"rsa_fc_spearman": 0.585, "rsa_fc_spearman_lo": -0.074, "rsa_fc_spearman_hi": 1.244,
+                     "ood_train_gap": 0.09, "ood_train_gap_lo": -0.032, "ood_train_gap_hi": 0.212})
+    assert fmt(row, "rsa_fc_spearman") == "0.585 [-0.074, 1.000†]"
+    assert fmt(row, "ood_train_gap") == "0.090 [-0.032, 0.212]"
+
+
+def test_deterministic_labels_and_summarise():
+    df = pd.DataFrame({"label": ["sin", "sin", "l", "l"], "pe": ["sin2d", "sin2d", "learned", "learned"],
+                       "sigma": [np.nan, np.nan, 0.1, 0.1], "seed": [0, 1, 0, 1],
+                       "rsa_spearman": [0.5, 0.5, 0.1, 0.9]})
+    assert deterministic_labels(df, ["rsa_spearman"]) == ["sin"]
+    s = summarise(df, ["rsa_spearman"]).set_index("label")
+    assert s.loc["sin", "rsa_spearman_lo"] == s.loc["sin", "rsa_spearman_hi"] == 0.5
+    assert s.loc["l", "rsa_spearman_hi"] > 1.0  # summary keeps the raw t-interval; tables clip it
+
+
+# ---- linear-Gaussian baseline ---------------------------------------------------------------------
+
+def test_conditional_mean_recovers_a_copied_node_and_falls_back_to_the_mean():
+    from analyses.netsim.report import conditional_mean_mse, stationary_covariance
+
+    rng = np.random.default_rng(0)
+    m, t = 400, 4
+    z = rng.normal(size=(m, 1, t))
+    indep = rng.normal(size=(m, 1, t))
+    x = np.concatenate([z, z + 1e-3 * rng.normal(size=(m, 1, t)), indep], axis=1)  # node 1 copies node 0
+    mu, cov = stationary_covariance(x)
+    assert cov.shape == (3 * t, 3 * t)
+    assert np.allclose(cov, cov.T)
+    mask = np.zeros((m, 3), dtype=bool)
+    mask[:, 1] = True  # predict the copy from the original
+    mse, zero = conditional_mean_mse(mu, cov, x, mask)
+    assert mse < 1e-3 * zero
+    mask = np.zeros((m, 3), dtype=bool)
+    mask[:, 2] = True  # an independent node: no better than its mean
+    mse, zero = conditional_mean_mse(mu, cov, x, mask)
+    assert mse == pytest.approx(zero, rel=0.05)
+
+
+# ---- report text --------------------------------------------------------------------------------
+
+def netsim_frame(rsa_p: float, probe_r2: float) -> pd.DataFrame:
+    rows = []
+    spec = {"learned σ=0.1": ("learned", 0.1, 0.914, 0.96), "learned σ=2": ("learned", 2.0, 0.900, 0.97),
+            "sin2d": ("sin2d", np.nan, 0.892, 0.96), "none": ("none", np.nan, 0.951, 0.99)}
+    for label, (pe, sigma, test, ood) in spec.items():
+        for seed, eps in enumerate((-0.0005, 0.0005)):
+            r = {"label": label, "pe": pe, "sigma": sigma, "seed": seed, "test_rel": test + eps,
+                 "ood_rel": ood + 20 * eps, "ood_noise_rel": ood + eps, "test_mse": test + eps, "ood_mse": ood,
+                 "ood_mse_noise": 3.6}
+            if pe != "none":
+                fixed = pe == "sin2d"
+                r.update(rsa_spearman=0.567 if fixed else 0.04 + eps, rsa_p=0.005 if fixed else rsa_p,
+                         probe_r2=1.0 if fixed else probe_r2, recovery_smacof_r2=0.5, trustworthiness=0.6,
+                         null_rsa_mean=-0.006, pe_table="blocks.0.pe.table", pe_n_tables=2)
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def netsim_readme(df: pd.DataFrame) -> str:
+    from analyses.netsim.report import LINEAR, readme
+    from trainers.config import make_masked_config
+
+    cols = ["test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel", "ood_noise_rel", "rsa_spearman",
+            "recovery_smacof_r2", "probe_r2", "trustworthiness"]
+    s = summarise(df, cols)
+    base = {"ood_reuses_test_windows": True, "test_rel": 0.86, "ood_rel": 0.93, "ood_noise_rel": 0.94}
+    base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": np.nan, "n_seeds": 0, **base}])
+    geo = {"fc_distance_spearman": -0.5, "fc_nearest_mean": 0.17, "fc_all_mean": 0.06}
+    return readme(df, s, geo, geo, make_masked_config("netsim", "quick").data, base, base_row)
+
+
+def test_netsim_readme_levels_follow_the_data():
+    text = netsim_readme(netsim_frame(rsa_p=0.2, probe_r2=-0.05))
+    claims = text[text.index("## Which claims hold here"):]
+    assert "encode the layout better than large-σ ones: **not testable in this pilot**" in claims
+    assert "50%-masked test: **opposite**" in claims  # σ=0.1 worse than σ=2 on test
+    assert "The picture is mixed" in claims
+    assert "or the opposite" not in text
+    assert "ceiling" not in text.replace("not a ceiling", "")
+    assert "the `test` windows again" in text
+    assert "better than every transformer run on every held-out split" in text
+    text = netsim_readme(netsim_frame(rsa_p=0.005, probe_r2=0.3))
+    assert "not testable" not in text[text.index("## Which claims hold here"):].replace("*not testable* here", "")
+
+
+def test_brain_fc_vs_distance_per_seed():
+    from analyses.brain.report import fc_vs_distance_per_seed
+
+    df = pd.DataFrame({"label": "a", "seed": [0, 1], "rsa_spearman": [0.45, 0.43], "rsa_fc_spearman": [0.53, 0.40],
+                       "rsa_dist_given_fc": [0.40, 0.38], "rsa_fc_given_dist": [0.50, 0.61]})
+    out = fc_vs_distance_per_seed(df, "a")
+    assert out.startswith("FC more than distance in 1 of 2 seeds by raw RSA and 2 of 2 by partial RSA")
