@@ -131,6 +131,20 @@ def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv)
     return "\n".join(lines) + "\n"
 
 
+def _force_math_attention() -> None:
+    """Route the trainers' attention through its matmul-softmax form on every device (an experiment flag)."""
+    import trainers.ensemble
+    import trainers.model
+    from trainers.model import attention_weights
+
+    def attend(q, k, v, attn_mask=None, dropout_p: float = 0.0):
+        w = attention_weights(q, k, attn_mask)
+        return (torch.nn.functional.dropout(w, dropout_p) if dropout_p > 0 else w).type_as(v) @ v
+
+    trainers.model.attend = attend
+    trainers.ensemble.attend = attend
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -143,7 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default="out/profile", help="folder for profile.md / .csv (default out/profile)")
+    p.add_argument("--math-attention", action="store_true",
+                   help="experiment: attention as two matrix products and a softmax on every device (the path "
+                        "`trainers.model.attend` takes on the CPU), not the fused kernel: does it pay on a GPU "
+                        "at 16 tokens? (rows are tagged '+math-attn')")
     args = p.parse_args(argv)
+    if args.math_attention:
+        _force_math_attention()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -167,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # record and go on: the lease is short
             print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
             continue
+        if args.math_attention:
+            row["config"] += "+math-attn"
         rows.append(row)
-        tables[config] = table
+        tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "
               f"kernels/step {row['kernels_per_step']}", flush=True)
         stem = "profile" if device.type == "cpu" else f"profile_{device.type}"
