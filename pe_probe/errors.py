@@ -12,6 +12,12 @@ class InputError(ValueError):
     """
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first message line (its type name when it has none): for one-line errors."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line on stderr (exit code 2), not a usage dump: the
     project's rule for bad input, shared by ``pe-probe`` and the ``python -m analyses...`` scripts."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, first_line
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -142,12 +142,6 @@ def load_npy(path: str | os.PathLike, what: str = "file") -> np.ndarray:
     except (EOFError, OSError) as e:
         raise InputError(f"{path}: not a readable .npy file (empty or truncated: {first_line(e)}); "
                          f"save the {what} with np.save") from None
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's first message line (its type name when it has none): for one-line errors."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> np.ndarray:

@@ -29,8 +29,8 @@ from typing import Any, Callable
 import numpy as np
 
 from pe_probe.errors import InputError
+from pe_probe.errors import first_line as _first_line
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, load_npy, read_number_table
-from pe_probe.groundtruth import first_line as _first_line
 
 CHECKPOINT_FORMAT = "pe-probe-checkpoint/1"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")

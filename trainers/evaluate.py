@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -90,8 +91,6 @@ def bf16_autocast(device: torch.device, enabled: bool = True) -> Any:
     bf16 up to 512 tokens, the fused float32 kernel beyond); LayerNorm and softmax stay float32 (autocast).
     Results differ from float32 training at bf16 precision (about 3 significant digits per product).
     """
-    import contextlib
-
     from pe_probe.errors import InputError
 
     if not enabled:
@@ -136,8 +135,6 @@ def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
     accumulates in float32 (torch's ``set_float32_matmul_precision("high")`` for cuBLAS); parameters,
     activations and every other op stay float32. A middle road between float32 and ``--bf16``.
     """
-    import contextlib
-
     from pe_probe.errors import InputError
 
     if not enabled:
@@ -148,27 +145,21 @@ def tf32_matmuls(device: torch.device, enabled: bool = True) -> Any:
     return MatmulPrecision("high")
 
 
-class rebuilding_model:
+@contextlib.contextmanager
+def rebuilding_model(path: Any) -> Iterator[None]:
     """Context for rebuilding a model from a checkpoint's config and weights: a file whose config and
     weights disagree (edited, truncated, or from other code) fails with a one-line InputError naming
     the file, not a traceback from deep inside torch."""
+    from pe_probe.errors import InputError
 
-    def __init__(self, path: Any):
-        self.path = path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        from pe_probe.errors import InputError
-
-        if exc is None or not isinstance(exc, Exception):
-            return False
+    try:
+        yield
+    except Exception as exc:
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         if isinstance(exc, InputError):  # the trainer's config checks: they name its flags, so say whose config
-            raise InputError(f"{self.path}: its saved config is not one the trainer accepts ({text}); was the "
+            raise InputError(f"{path}: its saved config is not one the trainer accepts ({text}); was the "
                              f"checkpoint edited? re-train or re-save it") from None
-        raise InputError(f"{self.path}: its config and weights do not rebuild the model it was saved from "
+        raise InputError(f"{path}: its config and weights do not rebuild the model it was saved from "
                          f"({type(exc).__name__}: {text}); was the checkpoint edited? re-train or re-save it") from None
 
 

@@ -105,8 +105,8 @@ def paired_ci(a: pd.Series, b: pd.Series) -> dict[str, Any]:
     d = (both.a - both.b).astype(float)
     out.update(mean_a=float(both.a.mean()), mean_b=float(both.b.mean()), diff=float(d.mean()))
     if n >= 2:
-        h = float(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n))
-        out.update(ci_low=out["diff"] - h, ci_high=out["diff"] + h)
+        _, lo, hi, _ = mean_ci(d.values)  # the t-interval of the differences
+        out.update(ci_low=lo, ci_high=hi)
         if np.any(d.values != 0):
             out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
     return out

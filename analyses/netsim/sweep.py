@@ -73,8 +73,6 @@ def analyse_run(ckpt: Path, n_perm: int = N_PERM) -> tuple[dict[str, Any], Any]:
 
 def t_interval(x: np.ndarray) -> tuple[float, float, float]:
     """Mean and 95% t-interval over seeds (nan interval for a single value)."""
-    from scipy.stats import t
-
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:
@@ -82,7 +80,7 @@ def t_interval(x: np.ndarray) -> tuple[float, float, float]:
     m = float(x.mean())
     if len(x) < 2:
         return m, float("nan"), float("nan")
-    h = float(t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    h = t_value(len(x)) * float(x.std(ddof=1)) / math.sqrt(len(x))
     return m, m - h, m + h
 
 
@@ -239,6 +237,7 @@ def at_chance_criteria(alpha: float = ALPHA, n_perm: int = 199) -> str:
 
 
 def t_value(n: int) -> float:
+    """The two-sided 95% t quantile with n - 1 degrees of freedom."""
     from scipy.stats import t
 
     return float(t.ppf(0.975, n - 1))
