@@ -124,11 +124,28 @@ class Stack:
 
     @classmethod
     def of(cls, models: Sequence[torch.nn.Module]) -> "Stack":
+        """Stack ``models``' parameters and buffers. Linear weights (K, out, in) are stored transposed in
+        memory (strides of a (K, in, out) tensor; `linear_weight_names`): the batched products read them as
+        (K, in, out), so the gradient autograd returns has the parameter's own strides and the optimizer
+        updates it in place, with no per-step copy of every weight gradient into (out, in) order."""
         names = [n for n, _ in models[0].named_parameters()]
-        params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(True) for n in names}
+        transposed = linear_weight_names(models[0])
+
+        def stacked(name: str) -> Tensor:
+            ts = [dict(m.named_parameters())[name].detach() for m in models]
+            if name in transposed:
+                return torch.stack([t.t() for t in ts]).transpose(1, 2)  # (K, out, in), memory (K, in, out)
+            return torch.stack(ts)
+
+        params = {n: stacked(n).requires_grad_(True) for n in names}
         bnames = [n for n, _ in models[0].named_buffers()]
         buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in models]) for n in bnames}
         return cls(params, buffers)
+
+
+def linear_weight_names(model: torch.nn.Module) -> set[str]:
+    """Parameter names of ``model``'s `nn.Linear` weights (the matrices `_linear` multiplies by)."""
+    return {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
 
 
 def ensemble_forward(base: PETransformer, stack: Stack, x: Tensor, shared_input: bool = False) -> Tensor:
@@ -258,6 +275,11 @@ def group_loss(base: PETransformer, buffers: dict[str, Tensor], autocast: Any = 
 # Optimisers on stacked tensors (torch's fused AdamW kernel on member slices, or the maths of torch.optim.AdamW / SGD)
 
 
+def _like(g: Tensor, p: Tensor) -> Tensor:
+    """``g`` in ``p``'s memory layout, as the fused kernel needs (a copy only where they differ)."""
+    return g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
+
+
 class StackedOptimizer:
     """AdamW or SGD over stacked parameters with per-member lr / weight decay / momentum (K,)."""
 
@@ -332,7 +354,7 @@ class StackedOptimizer:
             whole = len(ks) == len(self.lr) and self.lr.device.type in WHOLE_STACK_DEVICES
             ps, gs, m1, m2 = [], [], [], []
             for name, p in self.stack.params.items():
-                st, g = self._adam_state(name), grads[name].contiguous()
+                st, g = self._adam_state(name), _like(grads[name], p)
                 if whole:
                     ps.append(p), gs.append(g), m1.append(st["exp_avg"]), m2.append(st["exp_avg_sq"])
                     continue
@@ -347,7 +369,7 @@ class StackedOptimizer:
         for name, p in model.named_parameters():
             if name not in self.state:
                 continue
-            st = {key: v[k].detach().clone().cpu() for key, v in self.state[name].items()}
+            st = {key: v[k].detach().clone(memory_format=torch.contiguous_format).cpu() for key, v in self.state[name].items()}
             if self.name == "adamw":
                 st["step"] = torch.tensor(float(self.t))
             opt.state[p] = st

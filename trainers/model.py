@@ -31,12 +31,24 @@ from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 # length measured, up to 512 keys, except for a single query: the LST readout layer, 0.81x, ~0.2 ms a call).
 MATH_ATTENTION_MAX_TOKENS = 32
 MATH_ATTENTION_MAX_TOKENS_BF16 = 512
+# On a GPU inside a torch.compile'd step, up to this many keys: there Inductor fuses the scale, softmax and
+# casts around two batched matrix products, which beat the fused kernel at the study's 16 tokens (H200, the
+# compiled K = 300 bf16 ensemble step: 56.7 -> 42.3 ms, reports/benchmarks/profile_cuda_math_attention.md).
+# Eager GPU steps keep the fused kernel (not measured the other way).
+MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU = 32
 
 
 def math_attention_limit() -> int:
     """Most keys for which `attend` takes the matmul-softmax path on the CPU, under the current autocast."""
     bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     return MATH_ATTENTION_MAX_TOKENS_BF16 if bf16 else MATH_ATTENTION_MAX_TOKENS
+
+
+def uses_math_attention(q: Tensor, k: Tensor) -> bool:
+    """Whether `attend` runs as matrix products and a softmax (True) or `F.scaled_dot_product_attention`."""
+    if q.device.type == "cpu":
+        return k.shape[-2] <= math_attention_limit()
+    return k.shape[-2] <= MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU and torch.compiler.is_compiling()
 
 
 def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
@@ -62,10 +74,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dro
     On the CPU with at most `math_attention_limit` keys (float32: 32, the study's 16 tokens; bf16
     autocast: 512, the netsim / brain models' 64 / 80 too) it runs as two matrix products and a softmax,
     faster there than the fused CPU kernel (forward + backward; ``analyses/benchmarks/bench_attention.py``
-    and its report). Elsewhere the fused kernel runs, in float32 under CPU bf16 autocast (the CPU's bf16
-    kernel is several times slower at these sizes).
+    and its report); so it does on a GPU inside a compiled step with at most 32 keys
+    (`MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU`). Elsewhere the fused kernel runs, in float32 under CPU
+    bf16 autocast (the CPU's bf16 kernel is several times slower at these sizes).
     """
-    if q.device.type == "cpu" and k.shape[-2] <= math_attention_limit():
+    if uses_math_attention(q, k):
         w = attention_weights(q, k, attn_mask)
         return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):

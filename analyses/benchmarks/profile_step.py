@@ -158,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default="out/profile", help="folder for profile.md / .csv (default out/profile)")
     p.add_argument("--math-attention", action="store_true",
-                   help="experiment: attention as two matrix products and a softmax on every device (the path "
-                        "`trainers.model.attend` takes on the CPU), not the fused kernel: does it pay on a GPU "
-                        "at 16 tokens? (rows are tagged '+math-attn')")
+                   help="experiment: attention as two matrix products and a softmax on every device and in "
+                        "eager steps too, not the fused kernel (`trainers.model.attend` takes that path on the CPU "
+                        "and in compiled GPU steps with <= 32 keys): does it pay in eager GPU steps? (rows are "
+                        "tagged '+math-attn')")
     args = p.parse_args(argv)
     if args.math_attention:
         _force_math_attention()

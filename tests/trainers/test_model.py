@@ -218,3 +218,19 @@ def test_the_cpu_attention_path_depends_on_length_and_autocast(monkeypatch, keys
     assert out.dtype == (torch.bfloat16 if bf16 and not fused else torch.float32)
     ref = real(q, k, v)
     torch.testing.assert_close(out.float(), ref, **({"rtol": 0.05, "atol": 0.05} if bf16 else {}))
+
+
+@pytest.mark.parametrize("keys,compiling,math_path", [(16, True, True), (32, True, True), (33, True, False),
+                                                      (16, False, False)])
+def test_on_a_gpu_only_compiled_steps_with_few_keys_take_the_matmul_softmax_path(monkeypatch, keys, compiling, math_path):
+    """Off the CPU (here the meta device stands in for a GPU), the matmul-softmax path is taken only while
+    torch.compile traces and with at most 32 keys: what the H200 profile measured faster."""
+    from trainers.model import MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU, uses_math_attention
+
+    assert MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU == 32
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    q = torch.empty(2, 1, 4, 8, device="meta")
+    k = torch.empty(2, 1, keys, 8, device="meta")
+    assert uses_math_attention(q, k) is math_path
+    # the CPU rule does not depend on compiling
+    assert uses_math_attention(torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, keys, 8)) is (keys <= 32)
