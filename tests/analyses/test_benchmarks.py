@@ -2,6 +2,7 @@
 
 import csv
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -154,11 +155,18 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    # two files come back (the device tool returns at most 8): the archive of every output, and a summary
+    assert {p.name for p in tmp_path.iterdir()} == {"gpu_session.tgz", "summary.txt"}
+    with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+        machine = tar.extractfile("./machine.txt").read().decode()
+        tests_log = tar.extractfile("./cuda_tests.log").read().decode()
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
-            "profile.md", "bench_masked.log", "masked.csv", "masked.md"} <= {p.name for p in tmp_path.iterdir()}
-    assert ("cuda tests exit 0, benchmark exit 0, profile exit 0, masked benchmark exit 0"
-            in (tmp_path / "machine.txt").read_text())
-    assert "skipped" in (tmp_path / "cuda_tests.log").read_text()  # no GPU here: the CUDA tests skip, not fail
+            "profile.md"} <= names
+    assert "cuda tests exit 0, benchmark exit 0, profile exit 0" in machine
+    assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "| d_model | config |" in summary and "| config | d_model |" in summary
 
 
 def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path):
