@@ -173,6 +173,7 @@ Masked-token prediction: a share of tokens (nodes / brain regions) is masked, th
 windows; metrics train_mse, test_mse, ood_mse (90% masked, held-out simulations / subjects), plus
 <metric>_zero (predicting zero). Presets: quick = 2 layers, 1 head, d_model 32 (brain 36), lr 2e-3, batch 64
 (netsim 10 epochs on 2,000 windows, brain 40 epochs; well under a minute each on one CPU core);
+standard (netsim only) = quick at d_model 64, 30 epochs on 8,000 windows (about 1.5 min on one core);
 paper = the study's model size (4 layers, d_model 160, lr 1e-4). Re-running with the same --out resumes.
 """
 
@@ -187,17 +188,21 @@ def _preset_values(task: str, key: str) -> str:
             value = getattr(value, part)
         return value
 
-    return ", ".join(f"{preset} {get(preset)}" for preset in ("quick", "paper"))
+    from trainers.config import MASKED_PRESETS
+
+    return ", ".join(f"{preset} {get(preset)}" for preset in MASKED_PRESETS[task])
 
 
 def masked_train_parser(task: str) -> argparse.ArgumentParser:
+    from trainers.config import MASKED_PRESETS
     from trainers.pe import INITS, PE_KINDS
 
     p = _Parser(prog=f"pe-probe train {task}", description=f"Train a masked-prediction transformer on the {task} task.",
                 epilog=MASKED_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", choices=list(MASKED_TASKS), help=argparse.SUPPRESS)  # named in prog already
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (config.json, metrics.jsonl, checkpoints/, last.pt)")
-    p.add_argument("--preset", default="quick", choices=["quick", "paper"], help="base settings (default: quick)")
+    p.add_argument("--preset", default="quick", choices=list(MASKED_PRESETS[task]),
+                   help=f"base settings: {', '.join(MASKED_PRESETS[task])} (default: quick)")
     p.add_argument("--seed", type=int, default=None, help="training seed (default: 0)")
     p.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"], help="where to train (default: cpu)")
     p.add_argument("--force", action="store_true", help="delete a previous run in RUN_DIR and start from scratch")
@@ -207,12 +212,13 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init (default: 0.1)")
     _bool_flag(g, "--pe-every-layer", "a separate PE table at the input of every layer (default: on)")
     g = p.add_argument_group("model and optimisation")
-    g.add_argument("--d-model", type=int, default=None, help="width (quick 32, brain 36, paper 160; sin3d needs a multiple of 6)")
-    g.add_argument("--layers", type=int, default=None, help="layers (quick 2, paper 4)")
+    g.add_argument("--d-model", type=int, default=None,
+                   help=f"width ({_preset_values(task, 'model.d_model')}; sin3d needs a multiple of 6)")
+    g.add_argument("--layers", type=int, default=None, help=f"layers ({_preset_values(task, 'model.n_layers')})")
     g.add_argument("--heads", type=int, default=None, help="attention heads (default: 1)")
-    g.add_argument("--lr", type=float, default=None, help="learning rate (quick 2e-3, paper 1e-4)")
+    g.add_argument("--lr", type=float, default=None, help=f"learning rate ({_preset_values(task, 'optim.lr')})")
     g.add_argument("--weight-decay", type=float, default=None, help="weight decay (default: 0)")
-    g.add_argument("--batch-size", type=int, default=None, help="batch size (quick 64, paper 128)")
+    g.add_argument("--batch-size", type=int, default=None, help=f"batch size ({_preset_values(task, 'optim.batch_size')})")
     g.add_argument("--epochs", type=int, default=None, help=f"epochs ({_preset_values(task, 'optim.epochs')})")
     g.add_argument("--eval-every", type=int, default=None,
                    help=f"evaluate every N epochs and at the end ({_preset_values(task, 'eval_every')})")

@@ -292,6 +292,10 @@ MASKED_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "netsim": {
         "quick": {**_MASKED_COMMON["quick"], "optim.epochs": 10, "data.n_train": 2000, "data.n_test": 400,
                   "eval_every": 5, "ckpt_every": 5},
+        # Between the two, sized for a CPU: quick's shape at d 64, 4x the windows, 3x the epochs (about 1.5 min
+        # on one core). The quick models are undertrained (a linear predictor beats them; reports/netsim).
+        "standard": {**_MASKED_COMMON["quick"], "model.d_model": 64, "optim.epochs": 30, "data.n_train": 8000,
+                     "data.n_test": 400, "eval_every": 10, "ckpt_every": 10},
         "paper": {**_MASKED_COMMON["paper"], "optim.epochs": 300, "data.n_train": 20000, "data.n_test": 2000,
                   "eval_every": 10, "ckpt_every": 50},
     },

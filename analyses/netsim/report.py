@@ -1,16 +1,19 @@
-"""Regenerate reports/netsim/: a small sigma sweep on the network simulation task, then its analysis.
+"""Regenerate reports/netsim/ (or reports/netsim-standard/): a sigma sweep on the network simulation task, then its analysis.
 
-    python -m analyses.netsim.report            # trains missing runs (runs/report-netsim/, resumable), then analyses
+    python -m analyses.netsim.report                       # pilot: trains missing runs (runs/report-netsim/), then analyses
+    python -m analyses.netsim.report --scale standard      # the larger CPU scale (runs/report-netsim-standard/)
 
-Quick preset only (2 layers, d_model 32, 10 epochs on 2,000 simulated windows of an 8x8 grid of
-nodes), learned PEs at 4 init sigmas plus the fixed 2D sinusoid and no PE, 2 seeds each: about
-5 minutes on one shared CPU core. Writes README.md, runs.csv, summary.csv, activity_geometry.json, linear_baseline.json
-and figures/ under reports/netsim/.
+Learned PEs at 4 init sigmas plus the fixed 2D sinusoid and no PE, on an 8x8 grid of nodes. Two scales:
+``pilot`` (the quick preset: 2 layers, d_model 32, 10 epochs on 2,000 simulated windows, 2 seeds; about
+5 minutes on one CPU core) and ``standard`` (the netsim ``standard`` preset: d_model 64, 30 epochs on
+8,000 windows, 4 seeds; about 25 minutes on two cores with --workers 2). Runs resume; a finished run is
+skipped. Writes README.md, runs.csv, summary.csv, activity_geometry.json, linear_baseline.json and figures/.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +29,27 @@ LINEAR = "linear-Gaussian baseline"
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin2d", "none"]
 SEEDS = [0, 1]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One size of the netsim report: the trainer preset, the seeds, where runs and the report go."""
+
+    name: str
+    preset: str
+    seeds: tuple[int, ...]
+    runs: str  # under runs/
+    out: str  # under reports/
+    cost: str  # how long a regeneration from nothing takes, for the README
+    command: str
+
+
+SCALES = {
+    "pilot": Scale("pilot", "quick", (0, 1), "report-netsim", "netsim",
+                   "about 5 minutes on one shared CPU core", "python -m analyses.netsim.report"),
+    "standard": Scale("standard", "standard", (0, 1, 2, 3), "report-netsim-standard", "netsim-standard",
+                      "about 25 minutes on two CPU cores", "python -m analyses.netsim.report --scale standard --workers 2"),
+}
 
 
 def layout_figure(results: dict[str, object], path: Path) -> None:
@@ -116,31 +140,40 @@ def linear_baseline(cfg) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.netsim.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default=str(ROOT / "runs" / "report-netsim"), help="run folders (resumed)")
-    p.add_argument("--out", default=str(ROOT / "reports" / "netsim"), help="report folder")
+    p.add_argument("--scale", default="pilot", choices=list(SCALES),
+                   help="pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on 8,000 windows, "
+                        "4 seeds)")
+    p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
+    p.add_argument("--runs", default=None, help="run folders (resumed; default runs/<report-netsim[-standard]>)")
+    p.add_argument("--out", default=None, help="report folder (default reports/netsim[-standard])")
     args = p.parse_args(argv)
-    runs, out = Path(args.runs), Path(args.out)
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
+    scale = SCALES[args.scale]
+    runs = Path(args.runs) if args.runs else ROOT / "runs" / scale.runs
+    out = Path(args.out) if args.out else ROOT / "reports" / scale.out
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
     from trainers.tasks.netsim import activity_geometry, make_network, simulate_windows
 
     # 1. the ground truth is in the activity itself
-    d = make_masked_config("netsim", "quick").data
+    cfg = make_masked_config("netsim", scale.preset)
+    d = cfg.data
     net = make_network(d)
     act = simulate_windows(net, 500, window=d.window, noise=d.noise, seed=99)
     geo = activity_geometry(act, net.coords)
     geo_ood = activity_geometry(simulate_windows(net, 500, window=d.window, noise=d.ood_noise, seed=98), net.coords)
     write_json(out / "activity_geometry.json", {"train_noise": geo, "ood_noise": geo_ood, "n_edges": int((net.W > 0).sum())})
-    base = linear_baseline(make_masked_config("netsim", "quick"))
+    base = linear_baseline(cfg)
     base.update(test_rel=base["test_mse"] / base["test_mse_zero"], ood_rel=base["ood_mse"] / base["ood_mse_zero"],
                 ood_noise_rel=base["ood_mse_noise"] / base["ood_mse_noise_zero"])
     write_json(out / "linear_baseline.json", base)
 
     # 2. sweep
     conds = conditions(SIGMAS, FIXED)
-    print(f"netsim sweep: {len(conds) * len(SEEDS)} runs in {runs}")
-    df = pd.DataFrame(run_sweep("netsim", runs, conds, SEEDS))
+    print(f"netsim sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
+    df = pd.DataFrame(run_sweep("netsim", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 
     # 3. PE geometry
     results, rows = {}, []
@@ -177,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}", "sin2d") if k in results}
     layout_figure(pick, out / "figures" / "layouts.png")
 
-    (out / "README.md").write_text(readme(df, summ, geo, geo_ood, d, base, base_row))
+    (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, scale))
     print(f"wrote {out / 'README.md'}")
     return 0
 
@@ -210,8 +243,14 @@ def every_pe_beats_none(df: pd.DataFrame, s: pd.DataFrame) -> str:
     return "PEs that beat no PE with non-overlapping intervals, per split: " + ", ".join(out)
 
 
-def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, d, base: dict, base_row: pd.DataFrame) -> str:
+def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, base: dict, base_row: pd.DataFrame,
+           scale: Scale = SCALES["pilot"]) -> str:
+    """The report's README.md from the runs (``df``), their summary (``s``), the activity geometry, the run
+    config ``cfg`` (a `MaskedTrainConfig` of the scale's preset) and the linear baseline."""
     from analyses.netsim.sweep import chance_summary, above_chance_text, fmt, table_provenance
+
+    d, m = cfg.data, cfg.model
+    where = "in this pilot" if scale.name == "pilot" else f"at the {scale.name} scale"
 
     L = s[s.pe == "learned"].sort_values("sigma")
     small, large = L.iloc[0], L.iloc[-1]
@@ -224,10 +263,10 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, d, base:
 
     # geometry claims
     if at_chance:
-        geo_claim = (f"**not testable in this pilot**: every learned table is at chance ({chance_text}); RSA "
+        geo_claim = (f"**not testable {where}**: every learned table is at chance ({chance_text}); RSA "
                      f"{small['rsa_spearman']:.3f} at σ={small['sigma']:g} vs {large['rsa_spearman']:.3f} at "
                      f"σ={large['sigma']:g}, both at chance")
-        chance_claim = (f"**not testable in this pilot** (every learned table is at chance, see above; "
+        chance_claim = (f"**not testable {where}** (every learned table is at chance, see above; "
                         f"σ={small['sigma']:g} Mantel p = {', '.join(f'{v:.3f}' for v in small_runs['rsa_p'])})")
     else:
         from analyses.netsim.sweep import compare
@@ -260,17 +299,20 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, d, base:
     lines = [
         "# Network simulation task: do learned PEs recover a 2D node layout?",
         "",
-        "Regenerate (trains missing runs into `runs/report-netsim/`, resumable, then analyses; about 5 minutes "
-        "on one shared CPU core when nothing is trained yet, seconds when the runs exist):",
+        f"Regenerate (trains missing runs into `runs/{scale.runs}/`, resumable, then analyses; {scale.cost} "
+        "when nothing is trained yet, seconds when the runs exist):",
         "",
         "```bash",
-        "python -m analyses.netsim.report",
+        scale.command,
         "```",
         "",
-        "**Scale warning.** This is the *quick* preset on purpose (CPU is scarce): 2 layers, 1 head, d_model 32, "
-        f"10 epochs on {d.n_train} simulated windows, {n_seeds} seeds per condition. The 95% intervals "
-        f"below are t-intervals over {n_seeds} seeds (t = {tv:.1f}), so they are wide; treat every statement as a "
-        "pilot result.",
+        f"**Scale.** The `{cfg.preset}` preset of `pe-probe train netsim`: {m.n_layers} layers, {m.n_heads} "
+        f"head{'s' if m.n_heads > 1 else ''}, d_model {m.d_model}, {cfg.optim.epochs} epochs on {d.n_train} simulated "
+        f"windows, {n_seeds} seeds per condition (the study's size is the `paper` preset: 4 layers, d_model 160). "
+        f"The 95% intervals below are t-intervals over {n_seeds} seeds (t = {tv:.1f})"
+        + (", so they are wide; treat every statement as a pilot result. The same sweep at a larger scale: "
+           "[`reports/netsim-standard/`](../netsim-standard/README.md)." if scale.name == "pilot" else
+           ". The same sweep at the pilot scale (quick preset, 2 seeds): [`reports/netsim/`](../netsim/README.md)."),
         "",
         "## Task (see `trainers/tasks/netsim.py` for the full definition)",
         "",
@@ -303,7 +345,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, d, base:
                            f"{'every held-out split' if len(beaten) == len(SPLITS) else ', '.join(beaten)}" if beaten else
                            "It is not better than every transformer run on any split") +
         f" (transformer runs' range per split, / zero: {ranges}). "
-        + ("So these tiny, briefly trained models do not reach what a linear predictor gets from the same training "
+        + ("So these models do not reach what a linear predictor gets from the same training "
            "data; their gains over the zero predictor are small, and even the linear predictor leaves "
            f"{base['test_rel']:.0%} of the zero predictor's MSE on the 50%-masked test."
            if beaten else f"Even the linear predictor leaves {base['test_rel']:.0%} of the zero predictor's MSE on "
@@ -342,7 +384,8 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, d, base:
         f"sin2d {fmt(sin, 'test_rel')} / {fmt(sin, 'ood_rel')} / {fmt(sin, 'ood_noise_rel')} on the three splits. "
         f"{every_pe_beats_none(df, s)}.",
         "",
-        f"Caveats: {n_seeds} seeds, a tiny model trained briefly, one network, one analysed table per run (layer 0).",
+        f"Caveats: {n_seeds} seeds, a small model ({m.n_layers} layers, d_model {m.d_model}, {cfg.optim.epochs} "
+        "epochs), one network, one analysed table per run (layer 0).",
         "",
     ]
     return "\n".join(lines)

@@ -27,30 +27,54 @@ def run_name(c: dict[str, Any], seed: int) -> str:
     return f"{c['pe']}-s{c['sigma']:g}-seed{seed}" if c["pe"] == "learned" else f"{c['pe']}-seed{seed}"
 
 
-def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int],
-              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Train (or resume / skip) each run with the task's quick preset; returns one record per run."""
+def _train_one(task: str, preset: str, overrides: dict[str, Any], out: str) -> tuple[dict[str, Any], float]:
+    """Train (or resume / skip) one run on one torch thread; its metrics and the seconds it took."""
     import torch
 
     from trainers.config import make_masked_config
     from trainers.train_masked import train_masked
 
     torch.set_num_threads(1)
-    records = []
-    t0 = time.time()
+    t = time.time()
+    m = train_masked(make_masked_config(task, preset, overrides), Path(out), log=lambda s: None)
+    return m, time.time() - t
+
+
+def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int],
+              overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print, *,
+              preset: str = "quick", workers: int = 1) -> list[dict[str, Any]]:
+    """Train (or resume / skip) each run with the task's ``preset``, one torch thread per run, ``workers``
+    runs at a time (separate processes; every run is seeded, so the results do not depend on ``workers``).
+    Returns one record per run, in (condition, seed) order."""
+    jobs = []
     for c in conds:
         for seed in seeds:
             ov = {"seed": seed, "pe.kind": c["pe"], **(overrides or {})}
             if c["pe"] == "learned":
                 ov["pe.init_std"] = c["sigma"]
-            cfg = make_masked_config(task, "quick", ov)
-            out = runs_dir / run_name(c, seed)
-            t = time.time()
-            m = train_masked(cfg, out, log=lambda s: None)
-            log(f"  {out.name}: test_mse {m['test_mse']:.4f} ood_mse {m['ood_mse']:.4f} ({time.time() - t:.0f} s)")
-            records.append({**c, "seed": seed, "run": str(out), **m})
-    log(f"sweep: {len(records)} runs in {time.time() - t0:.0f} s")
-    return records
+            jobs.append((c, seed, ov, runs_dir / run_name(c, seed)))
+    t0 = time.time()
+    results: dict[int, dict[str, Any]] = {}
+
+    def done(i: int, m: dict[str, Any], seconds: float) -> None:
+        c, seed, _, out = jobs[i]
+        log(f"  [{len(results) + 1}/{len(jobs)}] {out.name}: test_mse {m['test_mse']:.4f} ood_mse {m['ood_mse']:.4f} "
+            f"({seconds:.0f} s)")
+        results[i] = {**c, "seed": seed, "run": str(out), **m}
+
+    if workers <= 1:
+        for i, (c, seed, ov, out) in enumerate(jobs):
+            done(i, *_train_one(task, preset, ov, str(out)))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_train_one, task, preset, ov, str(out)): i for i, (_, _, ov, out) in enumerate(jobs)}
+            for f in as_completed(futures):
+                done(futures[f], *f.result())
+    log(f"sweep: {len(jobs)} runs in {time.time() - t0:.0f} s")
+    return [results[i] for i in range(len(jobs))]
 
 
 N_PERM = 199
@@ -322,5 +346,5 @@ def table_provenance(df: pd.DataFrame) -> str:
     names = sorted(set(t["pe_table"].dropna()))
     counts = sorted({int(v) for v in t["pe_n_tables"].dropna()})
     return (f"only the layer-0 table ({', '.join(f'`{n}`' for n in names)}) is analysed, while every PE run here "
-            f"has {' or '.join(map(str, counts))} PE tables (the quick preset's `pe.every_layer`: a separate table "
+            f"has {' or '.join(map(str, counts))} PE tables (the preset's `pe.every_layer`: a separate table "
             "at every layer's input); the other layers' tables are not analysed")

@@ -171,7 +171,7 @@ def netsim_readme(df: pd.DataFrame) -> str:
     base = {"ood_reuses_test_windows": True, "test_rel": 0.86, "ood_rel": 0.93, "ood_noise_rel": 0.94}
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": np.nan, "n_seeds": 0, **base}])
     geo = {"fc_distance_spearman": -0.5, "fc_nearest_mean": 0.17, "fc_all_mean": 0.06}
-    return readme(df, s, geo, geo, make_masked_config("netsim", "quick").data, base, base_row)
+    return readme(df, s, geo, geo, make_masked_config("netsim", "quick"), base, base_row)
 
 
 def test_netsim_readme_levels_follow_the_data():

@@ -172,3 +172,40 @@ def test_masked_compiled_training_matches_eager_within_tolerance(tmp_path):
     wa, wb = (load_checkpoint(tmp_path / r / "last.pt")["model"] for r in ("eager", "compiled"))
     for name, t in wa.items():
         torch.testing.assert_close(wb[name], t, rtol=1e-3, atol=1e-4)
+
+
+def test_standard_preset_is_netsim_only_and_listed_per_task(tmp_path, capsys):
+    """`standard` sits between quick and paper for netsim (the quick models are undertrained); brain has
+    no such preset, and each task's --help lists its own presets and their values."""
+    from pe_probe.cli import main
+
+    std, quick = make_masked_config("netsim", "standard"), make_masked_config("netsim", "quick")
+    assert (std.model.d_model, std.optim.epochs, std.data.n_train) == (64, 30, 8000)
+    assert (std.model.n_layers, std.optim.lr, std.pe.every_layer) == (quick.model.n_layers, quick.optim.lr, True)
+    with pytest.raises(InputError, match="choose one of quick, paper"):
+        make_masked_config("brain", "standard")
+    assert main(["train", "brain", "--preset", "standard", "--out", str(tmp_path / "b")]) == 2
+    assert not (tmp_path / "b").exists()
+    capsys.readouterr()
+    assert main(["train", "netsim", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "{quick,standard,paper}" in text and "epochs (quick 10, standard 30, paper 300)" in text
+    assert main(["train", "brain", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "{quick,paper}" in text and "width (quick 36, paper 160;" in text
+
+
+def test_netsim_report_sweep_gives_the_same_runs_with_worker_processes(tmp_path):
+    """`run_sweep(workers=2)` trains in separate one-thread processes: the same metrics as one at a time."""
+    from analyses.netsim.sweep import conditions, run_sweep
+
+    over = {"model.d_model": 8, "optim.epochs": 1, "data.n_train": 64, "data.n_test": 16, "eval_every": 1,
+            "ckpt_every": 1}
+    conds = conditions([0.1], ["none"])
+    a = run_sweep("netsim", tmp_path / "a", conds, [0, 1], over, log=lambda s: None)
+    b = run_sweep("netsim", tmp_path / "b", conds, [0, 1], over, log=lambda s: None, workers=2)
+    assert [(r["label"], r["seed"]) for r in a] == [(r["label"], r["seed"]) for r in b] == \
+        [("learned σ=0.1", 0), ("learned σ=0.1", 1), ("none", 0), ("none", 1)]
+    for ra, rb in zip(a, b):
+        assert ra["test_mse"] == rb["test_mse"] and ra["ood_mse"] == rb["ood_mse"]
+    assert a[0]["test_mse"] != a[1]["test_mse"]  # the seeds do differ
