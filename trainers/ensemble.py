@@ -369,7 +369,8 @@ class StackedOptimizer:
         for name, p in model.named_parameters():
             if name not in self.state:
                 continue
-            st = {key: v[k].detach().clone(memory_format=torch.contiguous_format).cpu() for key, v in self.state[name].items()}
+            # in the member parameter's own layout (contiguous), not the stack's: see `trainers.train.match_state_layout`
+            st = {key: torch.empty_like(p, device="cpu").copy_(v[k]) for key, v in self.state[name].items()}
             if self.name == "adamw":
                 st["step"] = torch.tensor(float(self.t))
             opt.state[p] = st

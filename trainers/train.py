@@ -277,6 +277,19 @@ def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] 
 # The loop
 
 
+def match_state_layout(optimizer: torch.optim.Optimizer) -> None:
+    """Put each loaded state tensor (exp_avg, momentum_buffer, ...) in its parameter's memory layout.
+
+    ``load_state_dict`` keeps the saved tensors' strides, and torch's fused AdamW on the CPU silently mixes
+    up elements when a parameter and its state differ in strides (a first step measured off by 2 lr), so a
+    checkpoint whose state was written in another layout must not reach it as it is.
+    """
+    for p, st in optimizer.state.items():
+        for key, v in st.items():
+            if isinstance(v, torch.Tensor) and v.shape == p.shape and v.dim() and v.stride() != p.stride():
+                st[key] = torch.empty_like(p, dtype=v.dtype).copy_(v)
+
+
 def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 out: Path, log: Callable[[str], None]) -> tuple[int, int, dict[str, float], float]:
     """Load a resumed run's weights and optimizer state; return (epoch, step, metrics, elapsed seconds)."""
@@ -284,6 +297,7 @@ def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer
         return 0, 0, {}, 0.0
     model.load_state_dict(resume["model"])
     optimizer.load_state_dict(resume["optimizer"])
+    match_state_layout(optimizer)
     _trim_metrics(out / METRICS_FILE, resume["epoch"])
     log(f"{out}: resuming from epoch {resume['epoch']} (step {resume['step']})")
     return resume["epoch"], resume["step"], dict(resume["metrics"]), float(resume.get("elapsed_s", 0.0))

@@ -44,8 +44,14 @@ def test_tf32_changes_the_gpus_float32_products_only_inside_its_context():
     assert torch.equal(a @ b, ieee)  # and off again after the context
 
 
-def test_ensemble_matches_solo_training_on_the_gpu(tmp_path):
-    cfgs = [tiny(**m, device="cuda") for m in MEMBERS]
+SHARED_HYPER = [{"seed": 1, "pe.init_std": 0.1}, {"seed": 2, "pe.init_std": 2.0}]  # one (lr, wd): whole-stack AdamW
+
+
+@pytest.mark.parametrize("members", [MEMBERS, SHARED_HYPER], ids=["own-lr", "shared-lr"])
+def test_ensemble_matches_solo_training_on_the_gpu(tmp_path, members):
+    """Per-member optimizer slices (members with their own lr) and the whole stacked tensors (one lr and
+    weight decay: the fused kernel on the (K, ...) tensors, linear weights in their transposed layout)."""
+    cfgs = [tiny(**m, device="cuda") for m in members]
     for i, cfg in enumerate(cfgs):
         train(cfg, tmp_path / "solo" / str(i), log=quiet)
     train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(len(cfgs))], log=quiet)
@@ -142,3 +148,14 @@ def test_compiled_attention_on_the_gpu_takes_the_matmul_softmax_path_and_keeps_t
         torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
     attend(q, k, v)  # eager: the fused kernel
     assert calls
+
+
+def test_compiled_ensemble_on_the_gpu_trains_like_the_eager_one(tmp_path):
+    """The compiled group step (matmul-softmax attention, Inductor's kernels) gives the eager run's
+    metrics and weights within the ensemble-vs-solo tolerances."""
+    cfgs = [tiny(**m, device="cuda") for m in SHARED_HYPER]
+    train_ensemble(cfgs, [tmp_path / "eager" / str(i) for i in range(2)], log=quiet)
+    torch._dynamo.reset()
+    train_ensemble(cfgs, [tmp_path / "compiled" / str(i) for i in range(2)], log=quiet, compile=True)
+    for i in range(2):
+        assert_same_run(tmp_path / "eager" / str(i), tmp_path / "compiled" / str(i))

@@ -493,3 +493,46 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     opt.step(dict(zip(stack.params, grads)))
     state = opt.member_optimizer(models[1], cfgs[1], 1).state_dict()["state"]
     assert state and all(v.is_contiguous() for st in state.values() for v in st.values())
+
+
+def test_resumed_optimizer_state_is_put_in_each_parameters_layout():
+    """A checkpoint's optimizer state in another memory layout than its parameter (what the ensemble wrote
+    before its state was made contiguous) resumes correctly: torch's fused CPU AdamW would silently mix up
+    elements (checked here: without `match_state_layout` the step is wrong)."""
+    import copy
+
+    from trainers.train import match_state_layout
+
+    def fresh():
+        torch.manual_seed(0)
+        m = torch.nn.Linear(5, 3)
+        return m, torch.optim.AdamW(m.parameters(), lr=0.1, fused=True)
+
+    m, opt = fresh()
+    for _ in range(2):
+        opt.zero_grad()
+        m(torch.randn(4, 5)).square().sum().backward()
+        opt.step()
+    weights, saved = copy.deepcopy(m.state_dict()), copy.deepcopy(opt.state_dict())  # (both share live tensors)
+    for st in saved["state"].values():  # same values, transposed memory for the weight's state
+        for key in ("exp_avg", "exp_avg_sq"):
+            if st[key].dim() == 2:
+                st[key] = st[key].t().contiguous().t()
+    x = torch.randn(4, 5)
+
+    def resumed_step(fix: bool) -> torch.Tensor:
+        m2, opt2 = fresh()
+        m2.load_state_dict(weights)
+        opt2.load_state_dict(saved)
+        if fix:
+            match_state_layout(opt2)
+            assert all(v.stride() == p.stride() for p, st in opt2.state.items() for v in st.values() if v.dim())
+        m2(x).square().sum().backward()
+        opt2.step()
+        return m2.weight.detach().clone()
+
+    opt.zero_grad()
+    m(x).square().sum().backward()
+    opt.step()
+    torch.testing.assert_close(resumed_step(True), m.weight.detach(), rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(resumed_step(False), m.weight.detach(), atol=1e-3)  # the silent error it prevents
