@@ -6,7 +6,7 @@
 Learned PEs at 4 init sigmas plus the fixed 2D sinusoid and no PE, on an 8x8 grid of nodes. Two scales:
 ``pilot`` (the quick preset: 2 layers, d_model 32, 10 epochs on 2,000 simulated windows, 2 seeds; about
 5 minutes on one CPU core) and ``standard`` (the netsim ``standard`` preset: d_model 64, 30 epochs on
-8,000 windows, 4 seeds; about 25 minutes on two cores with --workers 2). Runs resume; a finished run is
+8,000 windows, 4 seeds; about 35 minutes on two cores with --workers 2). Runs resume; a finished run is
 skipped. Writes README.md, runs.csv, summary.csv, activity_geometry.json, linear_baseline.json and figures/.
 """
 
@@ -48,7 +48,7 @@ SCALES = {
     "pilot": Scale("pilot", "quick", (0, 1), "report-netsim", "netsim",
                    "about 5 minutes on one shared CPU core", "python -m analyses.netsim.report"),
     "standard": Scale("standard", "standard", (0, 1, 2, 3), "report-netsim-standard", "netsim-standard",
-                      "about 25 minutes on two CPU cores", "python -m analyses.netsim.report --scale standard --workers 2"),
+                      "about 35 minutes on two CPU cores", "python -m analyses.netsim.report --scale standard --workers 2"),
 }
 
 
@@ -282,6 +282,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
     # linear baseline vs the transformer runs
     pe_runs = df
     beaten = [name for c, name in SPLITS if (pe_runs[c] > base[c]).all()]
+    gaps = ", ".join(f"{name} {pe_runs[c].min() - base[c]:+.3f}" for c, name in SPLITS)
     ranges = "; ".join(f"{name} {pe_runs[c].min():.3f} to {pe_runs[c].max():.3f} (baseline {base[c]:.3f})"
                        for c, name in SPLITS)
     ood_words = ("the `test` windows again, with separate masks" if base["ood_reuses_test_windows"]
@@ -345,9 +346,9 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
                            f"{'every held-out split' if len(beaten) == len(SPLITS) else ', '.join(beaten)}" if beaten else
                            "It is not better than every transformer run on any split") +
         f" (transformer runs' range per split, / zero: {ranges}). "
-        + ("So these models do not reach what a linear predictor gets from the same training "
-           "data; their gains over the zero predictor are small, and even the linear predictor leaves "
-           f"{base['test_rel']:.0%} of the zero predictor's MSE on the 50%-masked test."
+        + ("So these models do not reach what a linear predictor gets from the same training data (the best run "
+           f"minus the baseline, / zero: {gaps}), and even the linear predictor leaves {base['test_rel']:.0%} of the "
+           "zero predictor's MSE on the 50%-masked test."
            if beaten else f"Even the linear predictor leaves {base['test_rel']:.0%} of the zero predictor's MSE on "
            "the 50%-masked test."),
         "",
