@@ -174,6 +174,13 @@ def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return y.view(K, *mid, w.shape[1])
 
 
+def _out_rows(w: Tensor, lo: int, hi: int) -> Tensor:
+    """Output rows lo:hi of stacked weights w (K, out, in), sliced in w's memory order (K, in, out): the
+    gradient autograd assembles from such slices then comes back in w's own layout (no copy for the
+    optimizer), where slicing the (K, out, in) view directly would give it contiguous (K, out, in)."""
+    return w.transpose(1, 2)[:, :, lo:hi].transpose(1, 2)
+
+
 def _layer_norm(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     K = x.shape[0]
     shape = (K,) + (1,) * (x.dim() - 2) + (x.shape[-1],)
@@ -217,8 +224,8 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
             if query is None:
                 q, k, v = _linear(z, w, b).split(C, dim=-1)
             else:
-                q = _linear(z[:, :, query : query + 1], w[:, :C], b[:, :C])
-                k, v = _linear(z, w[:, C:], b[:, C:]).split(C, dim=-1)
+                q = _linear(z[:, :, query : query + 1], _out_rows(w, 0, C), b[:, :C])
+                k, v = _linear(z, _out_rows(w, C, 3 * C), b[:, C:]).split(C, dim=-1)
             Tq = q.shape[2]
             q = q.reshape(K * B, Tq, nh, hs).transpose(1, 2)  # (K B, nh, Tq, hs)
             k = k.reshape(K * B, T, nh, hs).transpose(1, 2)  # (K B, nh, T, hs)
