@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (about 8 minutes of work):
+# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9 minutes of work: 270 + 210 + 70 s):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
 #      attention, TF32 products, ensemble == solo, bf16 / compile / CUDA-graph / TF32 runs of the LST and
 #      masked trainers);
-#   3. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160: the naive loop,
-#      the single-model trainer and ensembles of K = 32 and 300 (the paper sweep's size), K = 300 also
-#      compiled, with the projected wall time of the full paper sweep (rewritten after every configuration,
-#      so a timeout keeps what was measured). The first session (reports/benchmarks/gpu_session.md) ran
-#      K = 4..128 uncompiled; this one measures the compiled group the sweep would use;
-#   4. profile_cuda.md/.csv, profile.log : where the compiled K = 300 bf16 step's time goes (wall vs
-#      GPU-busy time, kernels per step, top kernels).
+#   3. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
+#      train): wall vs GPU-busy time, kernels per step, top kernels;
+#   4. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the
+#      naive loop, the single-model trainer and the K = 300 ensemble, also compiled and with CUDA graphs,
+#      with the projected wall time of the full paper sweep (rewritten after every configuration, so a
+#      timeout keeps what was measured). The first session (reports/benchmarks/gpu_session.md) ran
+#      K = 4..300 uncompiled, two rounds.
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
 # With the device tool: run(command="bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=590).
@@ -29,7 +29,7 @@ if [ "$DEVICE" = cpu ]; then
   BENCH=(--device cpu --d-models 16 --ks 2 --steps 2 --warmup 1 --rounds 1 --no-compile --no-bf16)
   PROFILE=(--device cpu --d-model 16 --k 2 --steps 2 --warmup 1 --configs single,ensemble)
 else
-  BENCH=(--device cuda --d-models 160 --ks 32,300 --compile-ks 300 --steps 40 --rounds 2 --no-tf32)
+  BENCH=(--device cuda --d-models 160 --ks 300 --compile-ks 300 --steps 30 --rounds 1 --no-tf32)
   PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile)
 fi
 pack() {  # after every step: one archive (the device tool returns at most 8 files)
@@ -42,14 +42,15 @@ pack() {  # after every step: one archive (the device tool returns at most 8 fil
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$FILES/machine.txt" 2>&1
 pack
 # -v: one line per test as it ends, so a run cut off by the timeout still says which passed
-timeout 215 "$PY" -m pytest -v --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
+timeout 270 "$PY" -m pytest -v --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
 tests=$?
 pack
-timeout 250 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
-bench=$?
-pack
-timeout 60 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
+# the compiled K = 300 bf16 step first: the number the sweep projection needs, whatever the benchmark reaches
+timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
 profile=$?
+pack
+timeout 210 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
+bench=$?
 echo "cuda tests exit $tests, benchmark exit $bench, profile exit $profile" | tee -a "$FILES/machine.txt"
 pack
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$profile" = 0 ]
