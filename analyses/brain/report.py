@@ -21,7 +21,7 @@ from pe_probe.errors import OneLineArgumentParser
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, above_chance_text, analyse_run, at_chance_criteria,
                                    chance_summary, compare, same_direction, conditions, deterministic_labels, fmt, level_criteria,
                                    markdown_table, n_clipped, run_sweep, sigma_figure, summarise, t_value,
-                                   table_provenance, write_json)
+                                   table_provenance, verdict_level, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -157,8 +157,11 @@ def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
                      f"given FC {r['rsa_dist_given_fc']:.3f} ({part})")
     k_raw = int((g["rsa_fc_spearman"] > g["rsa_spearman"]).sum())
     k_part = int((g["rsa_fc_given_dist"] > g["rsa_dist_given_fc"]).sum())
-    return (f"FC more than distance in {k_raw} of {len(g)} seeds by raw RSA and {k_part} of {len(g)} by partial RSA "
-            f"({'; '.join(parts)})")
+    # the verdict rule of the other claims, on the two correlations of one condition (against different targets)
+    lev_raw = verdict_level(g["rsa_fc_spearman"].to_numpy(), g["rsa_spearman"].to_numpy(), "higher", (-1.0, 1.0))
+    lev_part = verdict_level(g["rsa_fc_given_dist"].to_numpy(), g["rsa_dist_given_fc"].to_numpy(), "higher", (-1.0, 1.0))
+    return (f"FC more than distance in {k_raw} of {len(g)} seeds by raw RSA (**{lev_raw}**) and {k_part} of {len(g)} by "
+            f"partial RSA (**{lev_part}**) ({'; '.join(parts)})")
 
 
 def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
@@ -191,7 +194,9 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
                 f"masked)" + (", so part of the held-out advantage may be better fit to the training data rather than better "
                               "generalisation" if lower_train else "")
                 + f"; the 90%-masked minus train gap: **{gap_lev}** ({fmt(small, 'ood_train_gap')} vs "
-                f"{fmt(large, 'ood_train_gap')}).")
+                f"{fmt(large, 'ood_train_gap')}; the model without a PE: {fmt(none, 'ood_train_gap')}, σ={small['sigma']:g} "
+                f"vs no PE **{compare(df, small['label'], none['label'], 'ood_train_gap', 'lower')}**, so a small gap alone "
+                "does not show that a PE generalises better).")
     pes = [r["label"] for _, r in s.iterrows() if r["pe"] != "none"]
     beats = ", ".join(f"{name} {sum(compare(df, p, none['label'], col, 'lower') == HOLDS for p in pes)} of {len(pes)}"
                       for col, name in SPLITS)

@@ -333,10 +333,11 @@ def chance_summary(df: pd.DataFrame, alpha: float = ALPHA) -> tuple[bool, str]:
 
 
 def above_chance_text(p: np.ndarray, alpha: float = ALPHA) -> str:
-    """'holds' when every seed has Mantel p < alpha, else how many do; with the p-values."""
+    """'yes, in every seed' when every seed has Mantel p < alpha, else how many do; with the p-values (a
+    per-seed rule, not the interval rule of `verdict_level`, so it does not say 'holds')."""
     p = np.asarray(p, dtype=float)
     k = int((p < alpha).sum())
-    head = f"**{HOLDS}**" if k == len(p) else f"**no**: {k} of {len(p)} seeds"
+    head = "**yes, in every seed**" if k == len(p) else f"**no**: {k} of {len(p)} seeds"
     return f"{head} (p = {', '.join(f'{v:.3f}' for v in p)})"
 
 

@@ -83,7 +83,7 @@ def test_chance_summary_reports_the_numbers():
 
 
 def test_above_chance_text():
-    assert above_chance_text(np.array([0.005, 0.01])).startswith("**holds**")
+    assert above_chance_text(np.array([0.005, 0.01])).startswith("**yes, in every seed**")
     assert above_chance_text(np.array([0.005, 0.06])).startswith("**no**: 1 of 2 seeds")
 
 
@@ -194,4 +194,5 @@ def test_brain_fc_vs_distance_per_seed():
     df = pd.DataFrame({"label": "a", "seed": [0, 1], "rsa_spearman": [0.45, 0.43], "rsa_fc_spearman": [0.53, 0.40],
                        "rsa_dist_given_fc": [0.40, 0.38], "rsa_fc_given_dist": [0.50, 0.61]})
     out = fc_vs_distance_per_seed(df, "a")
-    assert out.startswith("FC more than distance in 1 of 2 seeds by raw RSA and 2 of 2 by partial RSA")
+    assert out.startswith("FC more than distance in 1 of 2 seeds by raw RSA (**inconclusive: seeds disagree**) and "
+                          "2 of 2 by partial RSA (**inconclusive (2 seeds): same direction in every seed**)")
