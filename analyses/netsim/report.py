@@ -13,14 +13,13 @@ skipped. Writes README.md, runs.csv, summary.csv, activity_geometry.json, linear
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, analyse_run, at_chance_criteria, conditions,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, analyse_run, at_chance_criteria, conditions,
                                    deterministic_labels, level_criteria, markdown_table, n_clipped, run_sweep,
                                    sigma_figure, summarise, t_value, write_json)
 
@@ -29,19 +28,6 @@ LINEAR = "linear-Gaussian baseline"
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin2d", "none"]
 SEEDS = [0, 1]
-
-
-@dataclass(frozen=True)
-class Scale:
-    """One size of the netsim report: the trainer preset, the seeds, where runs and the report go."""
-
-    name: str
-    preset: str
-    seeds: tuple[int, ...]
-    runs: str  # under runs/
-    out: str  # under reports/
-    cost: str  # how long a regeneration from nothing takes, for the README
-    command: str
 
 
 SCALES = {

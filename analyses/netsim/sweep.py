@@ -10,11 +10,25 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One size of a report: the trainer preset, the seeds, where runs and the report go."""
+
+    name: str
+    preset: str
+    seeds: tuple[int, ...]
+    runs: str  # under runs/
+    out: str  # under reports/
+    cost: str  # how long a regeneration from nothing takes, for the README
+    command: str
 
 
 def conditions(sigmas: list[float], fixed: list[str]) -> list[dict[str, Any]]:

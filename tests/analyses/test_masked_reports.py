@@ -196,3 +196,23 @@ def test_brain_fc_vs_distance_per_seed():
     out = fc_vs_distance_per_seed(df, "a")
     assert out.startswith("FC more than distance in 1 of 2 seeds by raw RSA (**inconclusive: seeds disagree**) and "
                           "2 of 2 by partial RSA (**inconclusive (2 seeds): same direction in every seed**)")
+
+
+@pytest.mark.parametrize("module", ["analyses.netsim.report", "analyses.brain.report"])
+def test_report_scales_name_real_presets_and_bad_options_are_one_line_errors(module, capsys):
+    """Each scale of the netsim / brain reports trains an existing preset into its own runs / report folders;
+    a bad --scale or --workers is a one-line usage error (exit 2) before anything is trained or written."""
+    import importlib
+
+    from trainers.config import MASKED_PRESETS
+
+    mod = importlib.import_module(module)
+    task = module.split(".")[1]
+    assert {s.preset for s in mod.SCALES.values()} <= set(MASKED_PRESETS[task])
+    assert len({s.runs for s in mod.SCALES.values()}) == len({s.out for s in mod.SCALES.values()}) == len(mod.SCALES)
+    for argv in (["--scale", "huge"], ["--workers", "0"]):
+        with pytest.raises(SystemExit) as e:
+            mod.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1

@@ -174,17 +174,19 @@ def test_masked_compiled_training_matches_eager_within_tolerance(tmp_path):
         torch.testing.assert_close(wb[name], t, rtol=1e-3, atol=1e-4)
 
 
-def test_standard_preset_is_netsim_only_and_listed_per_task(tmp_path, capsys):
-    """`standard` sits between quick and paper for netsim (the quick models are undertrained); brain has
-    no such preset, and each task's --help lists its own presets and their values."""
+def test_standard_presets_sit_between_quick_and_paper_and_are_listed_per_task(tmp_path, capsys):
+    """`standard` is quick's shape, wider and longer (the quick models are undertrained); each task's --help
+    lists its own presets and their values, and an unknown preset is a one-line error that writes nothing."""
     from pe_probe.cli import main
 
     std, quick = make_masked_config("netsim", "standard"), make_masked_config("netsim", "quick")
     assert (std.model.d_model, std.optim.epochs, std.data.n_train) == (64, 30, 8000)
     assert (std.model.n_layers, std.optim.lr, std.pe.every_layer) == (quick.model.n_layers, quick.optim.lr, True)
-    with pytest.raises(InputError, match="choose one of quick, paper"):
-        make_masked_config("brain", "standard")
-    assert main(["train", "brain", "--preset", "standard", "--out", str(tmp_path / "b")]) == 2
+    brain = make_masked_config("brain", "standard")
+    assert (brain.model.d_model % 6, brain.model.d_model, brain.optim.epochs) == (0, 72, 100)  # sin3d needs d % 6
+    with pytest.raises(InputError, match="choose one of quick, standard, paper"):
+        make_masked_config("brain", "huge")
+    assert main(["train", "brain", "--preset", "huge", "--out", str(tmp_path / "b")]) == 2
     assert not (tmp_path / "b").exists()
     capsys.readouterr()
     assert main(["train", "netsim", "--help"]) == 0
@@ -192,7 +194,7 @@ def test_standard_preset_is_netsim_only_and_listed_per_task(tmp_path, capsys):
     assert "{quick,standard,paper}" in text and "epochs (quick 10, standard 30, paper 300)" in text
     assert main(["train", "brain", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "{quick,paper}" in text and "width (quick 36, paper 160;" in text
+    assert "{quick,standard,paper}" in text and "width (quick 36, standard 72, paper 160;" in text
 
 
 def test_netsim_report_sweep_gives_the_same_runs_with_worker_processes(tmp_path):
