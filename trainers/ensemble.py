@@ -65,7 +65,8 @@ from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
     CKPT_DIR, LAST, METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
-    fused_adamw_supported, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles, seed_everything,
+    fused_adamw_supported, in_layout_of, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles,
+    seed_everything,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -282,11 +283,6 @@ def group_loss(base: PETransformer, buffers: dict[str, Tensor], autocast: Any = 
 # Optimisers on stacked tensors (torch's fused AdamW kernel on member slices, or the maths of torch.optim.AdamW / SGD)
 
 
-def _like(g: Tensor, p: Tensor) -> Tensor:
-    """``g`` in ``p``'s memory layout, as the fused kernel needs (a copy only where they differ)."""
-    return g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
-
-
 class StackedOptimizer:
     """AdamW or SGD over stacked parameters with per-member lr / weight decay / momentum (K,)."""
 
@@ -361,7 +357,7 @@ class StackedOptimizer:
             whole = len(ks) == len(self.lr) and self.lr.device.type in WHOLE_STACK_DEVICES
             ps, gs, m1, m2 = [], [], [], []
             for name, p in self.stack.params.items():
-                st, g = self._adam_state(name), _like(grads[name], p)
+                st, g = self._adam_state(name), in_layout_of(grads[name], p)
                 if whole:
                     ps.append(p), gs.append(g), m1.append(st["exp_avg"]), m2.append(st["exp_avg_sq"])
                     continue

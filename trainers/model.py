@@ -68,6 +68,13 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
     return torch.softmax(logits, dim=-1)
 
 
+def matmul_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+    """softmax(q k^T / sqrt(hs) + mask) v as two matrix products and a softmax (`attention_weights`), with
+    dropout on the weights as the fused kernel applies it: the form `attend` takes where it pays."""
+    w = attention_weights(q, k, attn_mask)
+    return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
     """Attention output softmax(q k^T / sqrt(hs) + mask) v: `F.scaled_dot_product_attention`'s maths.
 
@@ -79,8 +86,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dro
     bf16 autocast (the CPU's bf16 kernel is several times slower at these sizes).
     """
     if uses_math_attention(q, k):
-        w = attention_weights(q, k, attn_mask)
-        return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
+        return matmul_attention(q, k, v, attn_mask, dropout_p)
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):
             mask = attn_mask.float() if attn_mask is not None and attn_mask.is_floating_point() else attn_mask

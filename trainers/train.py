@@ -277,17 +277,21 @@ def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] 
 # The loop
 
 
-def match_state_layout(optimizer: torch.optim.Optimizer) -> None:
-    """Put each loaded state tensor (exp_avg, momentum_buffer, ...) in its parameter's memory layout.
+def in_layout_of(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` in ``like``'s memory layout (strides), keeping t's dtype: t itself when they already agree, else
+    a copy. torch's fused AdamW on the CPU silently mixes up elements when a parameter and its gradient or
+    state differ in strides (a first step measured off by 2 lr)."""
+    return t if t.stride() == like.stride() else torch.empty_like(like, dtype=t.dtype).copy_(t)
 
-    ``load_state_dict`` keeps the saved tensors' strides, and torch's fused AdamW on the CPU silently mixes
-    up elements when a parameter and its state differ in strides (a first step measured off by 2 lr), so a
-    checkpoint whose state was written in another layout must not reach it as it is.
-    """
+
+def match_state_layout(optimizer: torch.optim.Optimizer) -> None:
+    """Put each loaded state tensor (exp_avg, momentum_buffer, ...) in its parameter's memory layout
+    (`in_layout_of`): ``load_state_dict`` keeps the saved tensors' strides, so a checkpoint whose state was
+    written in another layout must not reach the fused kernel as it is."""
     for p, st in optimizer.state.items():
         for key, v in st.items():
-            if isinstance(v, torch.Tensor) and v.shape == p.shape and v.dim() and v.stride() != p.stride():
-                st[key] = torch.empty_like(p, dtype=v.dtype).copy_(v)
+            if isinstance(v, torch.Tensor) and v.shape == p.shape and v.dim():
+                st[key] = in_layout_of(v, p)
 
 
 def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

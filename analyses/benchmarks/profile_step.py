@@ -135,14 +135,9 @@ def _force_math_attention() -> None:
     """Route the trainers' attention through its matmul-softmax form on every device (an experiment flag)."""
     import trainers.ensemble
     import trainers.model
-    from trainers.model import attention_weights
 
-    def attend(q, k, v, attn_mask=None, dropout_p: float = 0.0):
-        w = attention_weights(q, k, attn_mask)
-        return (torch.nn.functional.dropout(w, dropout_p) if dropout_p > 0 else w).type_as(v) @ v
-
-    trainers.model.attend = attend
-    trainers.ensemble.attend = attend
+    trainers.model.attend = trainers.model.matmul_attention
+    trainers.ensemble.attend = trainers.model.matmul_attention
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,10 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, analyse_run, at_chance_criteria,
-                                   chance_summary, compare, same_direction, conditions, deterministic_labels, fmt, level_criteria,
-                                   markdown_table, n_clipped, run_sweep, sigma_figure, summarise, t_value,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_run,
+                                   at_chance_criteria, chance_summary, claim_levels, compare, conditions,
+                                   deterministic_labels, fmt, level_criteria, markdown_table, n_clipped,
+                                   resolve_scale, run_sweep, same_direction, sigma_figure, summarise, t_value,
                                    table_provenance, verdict_level, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,17 +89,9 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.brain.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", default="pilot", choices=list(SCALES),
-                   help="pilot (quick preset, default) or standard (d_model 72, 100 epochs)")
-    p.add_argument("--runs", default=None, help="run folders (resumed; default runs/report-brain[-standard])")
-    p.add_argument("--out", default=None, help="report folder (default reports/brain[-standard])")
-    p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
+    add_scale_arguments(p, SCALES, "pilot (quick preset, default) or standard (d_model 72, 100 epochs)", "brain")
     args = p.parse_args(argv)
-    if args.workers < 1:
-        p.error(f"--workers must be >= 1, got {args.workers}")
-    scale = SCALES[args.scale]
-    runs = Path(args.runs) if args.runs else ROOT / "runs" / scale.runs
-    out = Path(args.out) if args.out else ROOT / "reports" / scale.out
+    scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
@@ -153,12 +146,6 @@ def main(argv: list[str] | None = None) -> int:
 SPLITS = [("test_mse", "held-out, 50% masked"), ("ood_mse", "held-out, 90% masked")]
 
 
-def levels_text(df: pd.DataFrame, a: pd.Series, b: pd.Series, cols: list[tuple[str, str]], claim: str) -> str:
-    """Per metric: the level of "a is ``claim`` than b" with both conditions' values."""
-    return "; ".join(f"{name}: **{compare(df, a['label'], b['label'], col, claim)}** ({fmt(a, col)} vs {fmt(b, col)})"
-                     for col, name in cols)
-
-
 def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
     """Per seed of one condition: does its PE follow FC more than distance (raw and partial RSA)?"""
     g = df[df["label"] == label].sort_values("seed")
@@ -199,8 +186,8 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilo
                      f"{fmt(small, 'rsa_spearman')} at σ={small['sigma']:g} vs {fmt(large, 'rsa_spearman')} at "
                      f"σ={large['sigma']:g})")
         chance_claim = above_chance_text(small_runs["rsa_p"].to_numpy())
-        fc_claim = levels_text(df, small, large, [("rsa_fc_spearman", "RSA vs 1 - FC"),
-                                                  ("rsa_fc_given_dist", "partial, FC given distance")], "higher")
+        fc_claim = claim_levels(df, small, large, [("rsa_fc_spearman", "RSA vs 1 - FC"),
+                                                   ("rsa_fc_given_dist", "partial, FC given distance")], "higher")[1]
     train_lev = compare(df, small["label"], large["label"], "train_mse", "lower")
     gap_lev = compare(df, small["label"], large["label"], "ood_train_gap", "lower")
     lower_train = train_lev in (HOLDS, same_direction(n_seeds))
@@ -315,9 +302,9 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilo
         f"- Small-σ PE similarity follows FC more than large-σ (σ={small['sigma']:g} vs σ={large['sigma']:g}): {fc_claim}. "
         f"Does the σ={small['sigma']:g} PE follow FC more than distance? {fc_vs_distance_per_seed(df, small['label'])}.",
         f"- Small σ generalises better to held-out subjects with 90% masked (σ={small['sigma']:g} vs "
-        f"σ={large['sigma']:g}, lower is better): {levels_text(df, small, large, SPLITS[::-1], 'lower')}. {fit_text}",
+        f"σ={large['sigma']:g}, lower is better): {claim_levels(df, small, large, SPLITS[::-1], 'lower')[1]}. {fit_text}",
         f"- A position code helps at all (σ={small['sigma']:g} learned vs no PE): "
-        f"{levels_text(df, small, none, SPLITS, 'lower')}; sin3d {fmt(sin, 'test_mse')} / {fmt(sin, 'ood_mse')}. "
+        f"{claim_levels(df, small, none, SPLITS, 'lower')[1]}; sin3d {fmt(sin, 'test_mse')} / {fmt(sin, 'ood_mse')}. "
         f"PEs that beat no PE with non-overlapping intervals, per split: {beats}.",
         "",
         f"Caveats: 7 subjects, one held-out pair, {n_seeds} seeds, a small model ({m.n_layers} layers, d_model "

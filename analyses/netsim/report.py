@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, analyse_run, at_chance_criteria, conditions,
-                                   deterministic_labels, level_criteria, markdown_table, n_clipped, run_sweep,
-                                   sigma_figure, summarise, t_value, write_json)
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_run, at_chance_criteria,
+                                   claim_levels, conditions, deterministic_labels, level_criteria, markdown_table,
+                                   n_clipped, resolve_scale, run_sweep, sigma_figure, summarise, t_value, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -126,18 +126,10 @@ def linear_baseline(cfg) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.netsim.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", default="pilot", choices=list(SCALES),
-                   help="pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on 8,000 windows, "
-                        "4 seeds)")
-    p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
-    p.add_argument("--runs", default=None, help="run folders (resumed; default runs/<report-netsim[-standard]>)")
-    p.add_argument("--out", default=None, help="report folder (default reports/netsim[-standard])")
+    add_scale_arguments(p, SCALES, "pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on "
+                        "8,000 windows, 4 seeds)", "netsim")
     args = p.parse_args(argv)
-    if args.workers < 1:
-        p.error(f"--workers must be >= 1, got {args.workers}")
-    scale = SCALES[args.scale]
-    runs = Path(args.runs) if args.runs else ROOT / "runs" / scale.runs
-    out = Path(args.out) if args.out else ROOT / "reports" / scale.out
+    scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
@@ -204,18 +196,6 @@ def main(argv: list[str] | None = None) -> int:
 SPLITS = [("test_rel", "50%-masked test"), ("ood_rel", "90%-masked OOD"), ("ood_noise_rel", "unseen noise")]
 
 
-def split_levels(df: pd.DataFrame, s: pd.DataFrame, a: pd.Series, b: pd.Series, claim: str) -> tuple[list[str], str]:
-    """Per held-out split: the level of "a is ``claim`` than b" and the text with both conditions' values."""
-    from analyses.netsim.sweep import compare, fmt
-
-    levels, parts = [], []
-    for col, name in SPLITS:
-        lev = compare(df, a["label"], b["label"], col, claim)
-        levels.append(lev)
-        parts.append(f"{name}: **{lev}** ({fmt(a, col)} vs {fmt(b, col)})")
-    return levels, "; ".join(parts)
-
-
 def every_pe_beats_none(df: pd.DataFrame, s: pd.DataFrame) -> str:
     """Per split: how many PEs beat no PE with non-overlapping intervals."""
     from analyses.netsim.sweep import compare
@@ -261,9 +241,9 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
                      f"σ={large['sigma']:g})")
         chance_claim = above_chance_text(small_runs["rsa_p"].to_numpy())
 
-    gen_levels, gen_text = split_levels(df, s, small, large, "lower")
+    gen_levels, gen_text = claim_levels(df, small, large, SPLITS, "lower")
     mixed = len(set(gen_levels)) > 1
-    help_levels, help_text = split_levels(df, s, small, none, "lower")
+    help_levels, help_text = claim_levels(df, small, none, SPLITS, "lower")
 
     # linear baseline vs the transformer runs
     pe_runs = df

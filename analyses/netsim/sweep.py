@@ -31,6 +31,25 @@ class Scale:
     command: str
 
 
+def add_scale_arguments(p: Any, scales: dict[str, Scale], scale_help: str, task: str) -> None:
+    """The options every report with scales takes: --scale, --workers, --runs, --out."""
+    p.add_argument("--scale", default="pilot", choices=list(scales), help=scale_help)
+    p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
+    p.add_argument("--runs", default=None, help=f"run folders (resumed; default runs/report-{task}[-standard])")
+    p.add_argument("--out", default=None, help=f"report folder (default reports/{task}[-standard])")
+
+
+def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> tuple[Scale, Path, Path]:
+    """The chosen scale and its run and report folders (--runs / --out override); a bad --workers is a
+    usage error of ``p`` (one line, exit 2)."""
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
+    scale = scales[args.scale]
+    runs = Path(args.runs) if args.runs else root / "runs" / scale.runs
+    out = Path(args.out) if args.out else root / "reports" / scale.out
+    return scale, runs, out
+
+
 def conditions(sigmas: list[float], fixed: list[str]) -> list[dict[str, Any]]:
     out = [{"pe": "learned", "sigma": s, "label": f"learned σ={s:g}"} for s in sigmas]
     out += [{"pe": k, "sigma": float("nan"), "label": k} for k in fixed]
@@ -331,6 +350,15 @@ def seed_values(df: pd.DataFrame, label: str, col: str) -> np.ndarray:
 def compare(df: pd.DataFrame, a: str, b: str, col: str, claim: str) -> str:
     """`verdict_level` of "condition a is ``claim`` than condition b on ``col``", clipped to col's range."""
     return verdict_level(seed_values(df, a, col), seed_values(df, b, col), claim, metric_range(col))
+
+
+def claim_levels(df: pd.DataFrame, a: pd.Series, b: pd.Series, cols: list[tuple[str, str]],
+                 claim: str) -> tuple[list[str], str]:
+    """Per metric (col, name): the level of "a is ``claim`` than b", and the text naming each level with
+    both conditions' values (summary rows ``a`` and ``b``)."""
+    levels = [compare(df, a["label"], b["label"], col, claim) for col, _ in cols]
+    text = "; ".join(f"{name}: **{lev}** ({fmt(a, col)} vs {fmt(b, col)})" for lev, (col, name) in zip(levels, cols))
+    return levels, text
 
 
 def chance_summary(df: pd.DataFrame, alpha: float = ALPHA) -> tuple[bool, str]:

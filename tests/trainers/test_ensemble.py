@@ -463,7 +463,8 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     products read: the gradients autograd returns already have each parameter's strides, so the optimizer
     takes them as they are (on a GPU at K = 300 the copy was ~1.5 GB per step). Member state written into
     checkpoints is contiguous, as a solo run's fused AdamW needs."""
-    from trainers.ensemble import Stack, StackedOptimizer, _like, group_loss, linear_weight_names, template_model
+    from trainers.ensemble import Stack, StackedOptimizer, group_loss, linear_weight_names, template_model
+    from trainers.train import in_layout_of
     from trainers.model import PETransformer
 
     cfgs = [tiny(seed=s) for s in (0, 1)]
@@ -484,7 +485,7 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     grads = torch.autograd.grad(losses.sum(), list(stack.params.values()))
     for (name, p), g in zip(stack.params.items(), grads):  # the readout layer's qkv weight too (two slices)
         assert g.stride() == p.stride(), name
-        assert _like(g, p) is g
+        assert in_layout_of(g, p) is g
     opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
     opt.step(dict(zip(stack.params, grads)))
     state = opt.member_optimizer(models[1], cfgs[1], 1).state_dict()["state"]
