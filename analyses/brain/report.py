@@ -21,11 +21,11 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_run,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep,
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
-                                   deterministic_labels, fmt, level_criteria, markdown_table, n_clipped,
-                                   resolve_scale, run_sweep, same_direction, sigma_figure, summarise, t_value,
-                                   table_provenance, verdict_level, write_json)
+                                   deterministic_labels, fmt, layer_figure, layer_levels, layer_summary, layer_table,
+                                   level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, same_direction,
+                                   sigma_figure, summarise, t_value, table_provenance, verdict_level, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -112,23 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"brain sweep: {len(conds) * len(SEEDS)} runs in {runs}")
     df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 
-    results, rows = {}, []
-    for _, r in df.iterrows():
-        if r["pe"] == "none":
-            rows.append({})
-            continue
-        m, res = analyse_run(Path(r["run"]) / "last.pt")
-        m.update(pe_vs_fc(res.table, fc, gt.coords))
-        rows.append(m)
-        if r["seed"] == 0:
-            results[r["label"]] = res
-    df = pd.concat([df.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+    df, layers, results = analyse_sweep(df, lambda res: pe_vs_fc(res.table, fc, gt.coords))
     df["ood_train_gap"] = df["ood_mse"] - df["train_mse"]
     cols = ["train_mse", "test_mse", "ood_mse", "ood_train_gap", "rsa_spearman", "recovery_smacof_r2", "probe_r2",
             "rsa_fc_spearman", "rsa_dist_given_fc", "rsa_fc_given_dist"]
     summ = summarise(df, cols)
     df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
     summ.to_csv(out / "summary.csv", index=False)
+    layer_summ = layer_summary(layers, [c for c, _ in LAYER_COLS])
+    layers.to_csv(out / "layers.csv", index=False)
 
     sigma_figure(df, summ, out / "figures" / "mse_vs_sigma.png",
                  [("test_mse", "held-out MSE, 50% masked"), ("ood_mse", "held-out MSE, 90% masked")])
@@ -137,13 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                   ("recovery_smacof_r2", "3D SMACOF recovery r2")])
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
     orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
+    layer_figure(layers, layer_summ, out / "figures" / "layers_vs_sigma.png", LAYER_COLS)
 
-    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, scale))
+    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, scale, layers, layer_summ))
     print(f"wrote {out / 'README.md'}")
     return 0
 
 
 SPLITS = [("test_mse", "held-out, 50% masked"), ("ood_mse", "held-out, 90% masked")]
+LAYER_COLS = [("rsa_spearman", "RSA vs distance"), ("rsa_fc_spearman", "RSA vs 1 - FC"), ("probe_r2", "probe R2")]
 
 
 def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
@@ -165,8 +159,9 @@ def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
             f"partial RSA (**{lev_part}**) ({'; '.join(parts)})")
 
 
-def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilot"]) -> str:
-    """The report's README.md; ``cfg`` is a `MaskedTrainConfig` of the scale's preset."""
+def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
+    """The report's README.md; ``cfg`` is a `MaskedTrainConfig` of the scale's preset, ``layers`` and
+    ``layer_summ`` every layer's table (`analyse_sweep`, `layer_summary`)."""
     d, m = cfg.data, cfg.model
     where = "in this pilot" if scale.name == "pilot" else f"at the {scale.name} scale"
     L = s[s.pe == "learned"].sort_values("sigma")
@@ -292,6 +287,15 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilo
         "",
         "![layouts](figures/layouts_orthogonal.png)",
         "",
+        "## Every layer's PE table",
+        "",
+        "Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
+        "table, mean [95% t-interval] over seeds (per run and layer, with Mantel p-values and partial correlations: "
+        "`layers.csv`):",
+        "",
+        layer_table(layer_summ[layer_summ.pe != "none"], LAYER_COLS),
+        "![every layer's table vs sigma](figures/layers_vs_sigma.png)",
+        "",
         "## Which claims hold here",
         "",
         level_criteria(n_seeds, tv) + " " + at_chance_criteria(ALPHA, N_PERM)
@@ -299,6 +303,9 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilo
         "",
         f"- Small-σ learned PEs reflect anatomical position more than large-σ ones: {geo_claim}; above chance in every "
         f"seed at σ={small['sigma']:g} (Mantel p < {ALPHA:g}): {chance_claim}.",
+        f"- Small-σ learned PEs reflect anatomical position more than large-σ ones, layer by layer (RSA vs distance, "
+        f"σ={small['sigma']:g} vs σ={large['sigma']:g}): "
+        f"{layer_levels(layers, layer_summ, small['label'], large['label'], 'rsa_spearman', 'higher')}.",
         f"- Small-σ PE similarity follows FC more than large-σ (σ={small['sigma']:g} vs σ={large['sigma']:g}): {fc_claim}. "
         f"Does the σ={small['sigma']:g} PE follow FC more than distance? {fc_vs_distance_per_seed(df, small['label'])}.",
         f"- Small σ generalises better to held-out subjects with 90% masked (σ={small['sigma']:g} vs "
@@ -308,8 +315,8 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale = SCALES["pilo
         f"PEs that beat no PE with non-overlapping intervals, per split: {beats}.",
         "",
         f"Caveats: 7 subjects, one held-out pair, {n_seeds} seeds, a small model ({m.n_layers} layers, d_model "
-        f"{m.d_model}, {cfg.optim.epochs} epochs), one analysed table per "
-        "run (layer 0). Distance and FC are correlated, so a PE that mirrors FC also shows some distance structure; "
+        f"{m.d_model}, {cfg.optim.epochs} epochs); the claims other than the per-layer one read the layer-0 "
+        "table. Distance and FC are correlated, so a PE that mirrors FC also shows some distance structure; "
         "read the partial correlations before crediting either ground truth.",
         "",
     ]

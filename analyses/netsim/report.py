@@ -7,7 +7,8 @@ Learned PEs at 4 init sigmas plus the fixed 2D sinusoid and no PE, on an 8x8 gri
 ``pilot`` (the quick preset: 2 layers, d_model 32, 10 epochs on 2,000 simulated windows, 2 seeds; about
 5 minutes on one CPU core) and ``standard`` (the netsim ``standard`` preset: d_model 64, 30 epochs on
 8,000 windows, 4 seeds; about 35 minutes on two cores with --workers 2). Runs resume; a finished run is
-skipped. Writes README.md, runs.csv, summary.csv, activity_geometry.json, linear_baseline.json and figures/.
+skipped. Writes README.md, runs.csv, summary.csv, layers.csv (every layer's PE table), activity_geometry.json,
+linear_baseline.json and figures/.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_run, at_chance_criteria,
-                                   claim_levels, conditions, deterministic_labels, level_criteria, markdown_table,
-                                   n_clipped, resolve_scale, run_sweep, sigma_figure, summarise, t_value, write_json)
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria,
+                                   claim_levels, conditions, deterministic_labels, layer_figure, layer_levels,
+                                   layer_summary, layer_table, level_criteria, markdown_table, n_clipped,
+                                   resolve_scale, run_sweep, sigma_figure, summarise, t_value, write_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -153,17 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"netsim sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
     df = pd.DataFrame(run_sweep("netsim", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 
-    # 3. PE geometry
-    results, rows = {}, []
-    for _, r in df.iterrows():
-        if r["pe"] == "none":
-            rows.append({})
-            continue
-        m, res = analyse_run(Path(r["run"]) / "last.pt")
-        rows.append(m)
-        if r["seed"] == 0:
-            results[r["label"]] = res
-    df = pd.concat([df.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
+    # 3. PE geometry, every layer's table
+    df, layers, results = analyse_sweep(df)
     df["ood_rel"] = df["ood_mse"] / df["ood_mse_zero"]
     df["test_rel"] = df["test_mse"] / df["test_mse_zero"]
     df["ood_noise_rel"] = df["ood_mse_noise"] / df["ood_mse_noise_zero"]
@@ -176,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     keep = [c for c in df.columns if c not in ("run",)]
     df[keep].to_csv(out / "runs.csv", index=False)
     summ.to_csv(out / "summary.csv", index=False)
+    layer_summ = layer_summary(layers, [c for c, _ in LAYER_COLS])
+    layers.to_csv(out / "layers.csv", index=False)
 
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": float("nan"), "n_seeds": 0,
                               **{k: base[k] for k in ("test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel",
@@ -187,13 +182,15 @@ def main(argv: list[str] | None = None) -> int:
                  [("rsa_spearman", "RSA (Spearman)"), ("recovery_smacof_r2", "SMACOF recovery r2"), ("probe_r2", "linear probe R2")])
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}", "sin2d") if k in results}
     layout_figure(pick, out / "figures" / "layouts.png")
+    layer_figure(layers, layer_summ, out / "figures" / "layers_vs_sigma.png", LAYER_COLS)
 
-    (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, scale))
+    (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, scale, layers, layer_summ))
     print(f"wrote {out / 'README.md'}")
     return 0
 
 
 SPLITS = [("test_rel", "50%-masked test"), ("ood_rel", "90%-masked OOD"), ("ood_noise_rel", "unseen noise")]
+LAYER_COLS = [("rsa_spearman", "RSA"), ("recovery_smacof_r2", "SMACOF r2"), ("probe_r2", "probe R2")]
 
 
 def every_pe_beats_none(df: pd.DataFrame, s: pd.DataFrame) -> str:
@@ -210,9 +207,10 @@ def every_pe_beats_none(df: pd.DataFrame, s: pd.DataFrame) -> str:
 
 
 def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, base: dict, base_row: pd.DataFrame,
-           scale: Scale = SCALES["pilot"]) -> str:
+           scale: Scale, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
     """The report's README.md from the runs (``df``), their summary (``s``), the activity geometry, the run
-    config ``cfg`` (a `MaskedTrainConfig` of the scale's preset) and the linear baseline."""
+    config ``cfg`` (a `MaskedTrainConfig` of the scale's preset), the linear baseline and every layer's
+    table (``layers``, ``layer_summ``: `analyse_sweep`, `layer_summary`)."""
     from analyses.netsim.sweep import chance_summary, above_chance_text, fmt, table_provenance
 
     d, m = cfg.data, cfg.model
@@ -341,12 +339,23 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
         "",
         "![layouts](figures/layouts.png)",
         "",
+        "## Every layer's PE table",
+        "",
+        f"Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
+        "table, mean [95% t-interval] over seeds (per run and layer, with Mantel p-values: `layers.csv`):",
+        "",
+        layer_table(layer_summ[layer_summ.pe != "none"], LAYER_COLS),
+        "![every layer's table vs sigma](figures/layers_vs_sigma.png)",
+        "",
         "## Which claims hold here",
         "",
         level_criteria(n_seeds, tv) + " " + at_chance_criteria(ALPHA, N_PERM),
         "",
         f"- Small-σ learned PEs encode the layout better than large-σ ones: {geo_claim}.",
         f"- The small-σ PE's layout is above chance in every seed (Mantel p < {ALPHA:g}): {chance_claim}.",
+        f"- Small-σ learned PEs encode the layout better than large-σ ones, layer by layer (RSA, σ={small['sigma']:g} "
+        f"vs σ={large['sigma']:g}): "
+        f"{layer_levels(layers, layer_summ, small['label'], large['label'], 'rsa_spearman', 'higher')}.",
         f"- Small σ generalises better (σ={small['sigma']:g} vs σ={large['sigma']:g}, MSE / zero, lower is better): "
         f"{gen_text}." + (" The picture is mixed across the held-out splits." if mixed else ""),
         f"- A position code helps at all (σ={small['sigma']:g} learned vs no PE, MSE / zero): {help_text}; "
@@ -354,7 +363,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
         f"{every_pe_beats_none(df, s)}.",
         "",
         f"Caveats: {n_seeds} seeds, a small model ({m.n_layers} layers, d_model {m.d_model}, {cfg.optim.epochs} "
-        "epochs), one network, one analysed table per run (layer 0).",
+        "epochs), one network; the claims other than the per-layer one read the layer-0 table.",
         "",
     ]
     return "\n".join(lines)

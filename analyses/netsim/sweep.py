@@ -1,8 +1,9 @@
 """Shared machinery of the netsim and brain reports: a small resumable sigma sweep, PE analysis, tables.
 
 `run_sweep` trains every (PE, sigma, seed) condition that has no finished run yet (runs resume from
-``last.pt``), `analyse_runs` measures each run's layer-0 PE table against the ground truth with
-`pe_probe.analysis.analyze`, and `summarise` gives the mean and a 95% t-interval over seeds.
+``last.pt``), `analyse_sweep` measures every per-layer PE table of each run against the ground truth with
+`pe_probe.analysis.analyze` (the layer-0 table's metrics are the headline; `layer_summary` and
+`layer_levels` cover every layer), and `summarise` gives the mean and a 95% t-interval over seeds.
 """
 
 from __future__ import annotations
@@ -113,19 +114,112 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
 N_PERM = 199
 
 
-def analyse_run(ckpt: Path, n_perm: int = N_PERM) -> tuple[dict[str, Any], Any]:
-    """Layer-0 PE table of a run vs its own ground truth: selected metrics (plus ``pe_table``, the tensor
-    analysed, and ``pe_n_tables``, how many per-layer tables the run has) and the full result."""
+def analyse_run(ckpt: Path, n_perm: int = N_PERM, layer: int = 0) -> tuple[dict[str, Any], Any]:
+    """One per-layer PE table of a run (default layer 0) vs its own ground truth: selected metrics (plus
+    ``pe_table``, the tensor analysed, and ``pe_n_tables``, how many per-layer tables the run has) and the
+    full result."""
     from pe_probe.analysis import analyze
     from pe_probe.io import load_table
 
-    lt = load_table(ckpt, layer=0)
+    lt = load_table(ckpt, layer=layer)
     r = analyze(lt.table, lt.ground_truth, methods="pca,smacof", n_perm=n_perm, n_boot=0, n_null=5, seed=0)
     keys = ("rsa_spearman", "rsa_p", "recovery_pca_r2", "recovery_smacof_r2", "probe_r2", "trustworthiness",
             "null_rsa_mean")
     out: dict[str, Any] = {k: float(r.metrics[k]) for k in keys if k in r.metrics}
     out.update(pe_table=str(lt.param), pe_n_tables=int(lt.n_layers))
     return out, r
+
+
+RUN_KEYS = ("label", "pe", "sigma", "seed")  # the columns that name a run's condition in a layer row
+
+
+def analyse_sweep(df: pd.DataFrame, extra: Callable[[Any], dict[str, float]] | None = None,
+                  n_perm: int = N_PERM) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Every per-layer PE table of every run in ``df`` (one row per run, with ``run`` folders) analysed by
+    `analyse_run`, ``extra(result)``'s metrics added to each table's (e.g. a second ground truth).
+
+    Returns ``df`` with its layer-0 table's metrics joined (empty for runs without a table, PE ``none``), the
+    layer rows (one per run and table: the run's condition columns, ``layer`` and that table's metrics) and
+    the layer-0 results of seed 0 by condition label (for layout figures).
+    """
+    rows, layer_rows, seed0 = [], [], {}
+    for _, r in df.iterrows():
+        if r["pe"] == "none":
+            rows.append({})
+            continue
+        ckpt = Path(r["run"]) / "last.pt"
+        first = analyse_run(ckpt, n_perm)
+        tables = [first] + [analyse_run(ckpt, n_perm, layer=k) for k in range(1, first[0]["pe_n_tables"])]
+        for layer, (m, res) in enumerate(tables):
+            m.update(extra(res) if extra else {})
+            layer_rows.append({**{k: r[k] for k in RUN_KEYS}, "layer": layer, **m})
+        rows.append(first[0])
+        if r["seed"] == 0:
+            seed0[r["label"]] = first[1]
+    return (pd.concat([df.reset_index(drop=True), pd.DataFrame(rows)], axis=1), pd.DataFrame(layer_rows), seed0)
+
+
+def layer_summary(layers: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """`summarise` of the layer rows of `analyse_sweep`, per layer: one row per (layer, condition)."""
+    return pd.concat([summarise(g, cols).assign(layer=int(layer)) for layer, g in layers.groupby("layer")],
+                     ignore_index=True)
+
+
+def layer_table(summary: pd.DataFrame, cols: list[tuple[str, str]]) -> str:
+    """Markdown: a row per condition, a column per (metric, layer), each ``mean [95% interval]``."""
+    layers = sorted(summary["layer"].unique())
+    by_layer = {k: summary[summary.layer == k].set_index("label") for k in layers}
+    labels = list(by_layer[layers[0]].index)
+    heads = [(c, k, f"{name}, layer {k}") for c, name in cols for k in layers]
+    out = "| PE | " + " | ".join(h for _, _, h in heads) + " |\n"
+    out += "| --- | " + " | ".join("---" for _ in heads) + " |\n"
+    for label in labels:
+        cells = [fmt(by_layer[k].loc[label], c) if label in by_layer[k].index else "–" for c, k, _ in heads]
+        out += f"| {label} | " + " | ".join(cells) + " |\n"
+    return out
+
+
+def layer_levels(layers: pd.DataFrame, summary: pd.DataFrame, a: str, b: str, col: str, claim: str) -> str:
+    """Per layer, the level of "condition a is ``claim`` than b on ``col``" with both means and intervals;
+    "not testable" at a layer whose learned tables are all at chance (`tables_at_chance`)."""
+    parts = []
+    for layer in sorted(layers["layer"].unique()):
+        g = layers[layers.layer == layer]
+        s = summary[summary.layer == layer].set_index("label")
+        learned = g[g.pe == "learned"]
+        level = ("not testable: every learned table at chance" if tables_at_chance(learned["rsa_p"], learned["probe_r2"])
+                 else compare(g, a, b, col, claim))
+        parts.append(f"layer {layer}: **{level}** ({fmt(s.loc[a], col)} vs {fmt(s.loc[b], col)})")
+    return "; ".join(parts)
+
+
+def layer_figure(layers: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: list[tuple[str, str]]) -> None:
+    """One panel per metric: each layer's learned-PE mean over seeds vs sigma (a line per layer; points =
+    seeds) and each fixed PE's mean at that layer (dashed, same colour)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
+    styles = ["--", ":", "-."]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.8), constrained_layout=True)
+    for ax, (col, name) in zip(np.atleast_1d(axes), panels):
+        for i, layer in enumerate(sorted(summary["layer"].unique())):
+            colour = colours[i % len(colours)]
+            s = summary[summary.layer == layer]
+            learned = s[s.pe == "learned"].sort_values("sigma")
+            ax.plot(learned["sigma"], learned[col], "o-", color=colour, label=f"learned, layer {layer}")
+            pts = layers[(layers.layer == layer) & (layers.pe == "learned")]
+            ax.plot(pts["sigma"], pts[col], ".", color=colour, alpha=0.4)
+            for j, (_, r) in enumerate(s[s.pe != "learned"].iterrows()):
+                ax.axhline(r[col], ls=styles[j % len(styles)], color=colour, lw=1, label=f"{r['label']}, layer {layer}")
+        ax.set_xscale("log")
+        ax.set_xlabel("PE init σ")
+        ax.set_ylabel(name)
+    np.atleast_1d(axes)[0].legend(fontsize=6, frameon=False)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
 
 
 def t_interval(x: np.ndarray) -> tuple[float, float, float]:
@@ -384,10 +478,10 @@ def above_chance_text(p: np.ndarray, alpha: float = ALPHA) -> str:
 
 
 def table_provenance(df: pd.DataFrame) -> str:
-    """Which per-layer PE table the analysis read, and how many each run has (from `analyse_run`)."""
+    """Which per-layer PE table the headline tables read, and how many each run has (from `analyse_run`)."""
     t = df[df["pe"] != "none"]
     names = sorted(set(t["pe_table"].dropna()))
     counts = sorted({int(v) for v in t["pe_n_tables"].dropna()})
-    return (f"only the layer-0 table ({', '.join(f'`{n}`' for n in names)}) is analysed, while every PE run here "
-            f"has {' or '.join(map(str, counts))} PE tables (the preset's `pe.every_layer`: a separate table "
-            "at every layer's input); the other layers' tables are not analysed")
+    return (f"these are the layer-0 tables ({', '.join(f'`{n}`' for n in names)}); every PE run here has "
+            f"{' or '.join(map(str, counts))} PE tables (the preset's `pe.every_layer`: a separate table at every "
+            "layer's input), all of them analysed under *Every layer's PE table* below")

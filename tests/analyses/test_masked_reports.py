@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from analyses.netsim.sweep import (DISAGREE, HOLDS, OPPOSITE, above_chance_text, chance_summary, clip_interval,
-                                   deterministic_labels, fmt, metric_range, opposite_direction, same_direction,
-                                   summarise, tables_at_chance, verdict_level)
+                                   deterministic_labels, fmt, layer_levels, layer_summary, layer_table, metric_range,
+                                   opposite_direction, same_direction, summarise, tables_at_chance, verdict_level)
 
 
 # ---- verdict levels -------------------------------------------------------------------------------
@@ -161,8 +161,17 @@ def netsim_frame(rsa_p: float, probe_r2: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def layer_frame(df: pd.DataFrame, layer1_rsa: dict[str, float]) -> pd.DataFrame:
+    """`analyse_sweep`'s layer rows for a `netsim_frame`: layer 0 as in ``df``, layer 1 with the RSA given per
+    condition (same spread over seeds)."""
+    keys = ["label", "pe", "sigma", "seed", "rsa_spearman", "rsa_p", "probe_r2", "recovery_smacof_r2"]
+    first = df[df.pe != "none"][keys].assign(layer=0)
+    second = first.assign(layer=1, rsa_spearman=first["label"].map(layer1_rsa) + 0.01 * first["seed"], rsa_p=0.005)
+    return pd.concat([first, second], ignore_index=True)
+
+
 def netsim_readme(df: pd.DataFrame) -> str:
-    from analyses.netsim.report import LINEAR, readme
+    from analyses.netsim.report import LAYER_COLS, LINEAR, SCALES, readme
     from trainers.config import make_masked_config
 
     cols = ["test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel", "ood_noise_rel", "rsa_spearman",
@@ -171,7 +180,9 @@ def netsim_readme(df: pd.DataFrame) -> str:
     base = {"ood_reuses_test_windows": True, "test_rel": 0.86, "ood_rel": 0.93, "ood_noise_rel": 0.94}
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": np.nan, "n_seeds": 0, **base}])
     geo = {"fc_distance_spearman": -0.5, "fc_nearest_mean": 0.17, "fc_all_mean": 0.06}
-    return readme(df, s, geo, geo, make_masked_config("netsim", "quick"), base, base_row)
+    layers = layer_frame(df, {"learned σ=0.1": 0.30, "learned σ=2": 0.10, "sin2d": 0.567})
+    return readme(df, s, geo, geo, make_masked_config("netsim", "quick"), base, base_row, SCALES["pilot"], layers,
+                  layer_summary(layers, [c for c, _ in LAYER_COLS]))
 
 
 def test_netsim_readme_levels_follow_the_data():
@@ -184,6 +195,11 @@ def test_netsim_readme_levels_follow_the_data():
     assert "ceiling" not in text.replace("not a ceiling", "")
     assert "the `test` windows again" in text
     assert "better than every transformer run on every held-out split" in text
+    # layer 0 at chance, layer 1 (synthetic) far above it: each layer gets its own level
+    assert ("layer by layer (RSA, σ=0.1 vs σ=2): layer 0: **not testable: every learned table at chance** "
+            "(0.040 [0.034, 0.046] vs 0.040 [0.034, 0.046]); layer 1: **holds** (0.305 [0.241, 0.369] vs "
+            "0.105 [0.041, 0.169])") in claims
+    assert "| PE | RSA, layer 0 | RSA, layer 1 | SMACOF r2, layer 0 |" in text
     text = netsim_readme(netsim_frame(rsa_p=0.005, probe_r2=0.3))
     assert "not testable" not in text[text.index("## Which claims hold here"):].replace("*not testable* here", "")
 
@@ -216,3 +232,59 @@ def test_report_scales_name_real_presets_and_bad_options_are_one_line_errors(mod
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1
+
+
+# ---- every layer's table ---------------------------------------------------------------------------
+
+def test_layer_levels_and_table_are_per_layer():
+    rows = []
+    for layer, (a, b) in enumerate([(0.50, 0.10), (0.10, 0.50), (0.02, 0.01)]):  # holds, opposite, at chance
+        for seed in range(3):
+            for label, sigma, rsa in (("small", 0.1, a), ("large", 2.0, b)):
+                chance = layer == 2
+                rows.append({"label": label, "pe": "learned", "sigma": sigma, "seed": seed, "layer": layer,
+                             "rsa_spearman": rsa + 0.01 * seed, "rsa_p": 0.4 if chance else 0.005,
+                             "probe_r2": -0.1 if chance else 0.5})
+    layers = pd.DataFrame(rows)
+    summ = layer_summary(layers, ["rsa_spearman", "probe_r2"])
+    assert sorted(summ.layer.unique()) == [0, 1, 2] and len(summ) == 6
+    assert summ.set_index(["layer", "label"]).loc[(1, "large"), "rsa_spearman"] == pytest.approx(0.51)
+    text = layer_levels(layers, summ, "small", "large", "rsa_spearman", "higher")
+    parts = text.split("; ")
+    assert parts[0].startswith(f"layer 0: **{HOLDS}** (0.510 [")
+    assert parts[1].startswith(f"layer 1: **{OPPOSITE}** (0.110 [")
+    assert parts[2].startswith("layer 2: **not testable: every learned table at chance**")
+    table = layer_table(summ, [("rsa_spearman", "RSA"), ("probe_r2", "probe R2")]).splitlines()
+    assert table[0] == "| PE | RSA, layer 0 | RSA, layer 1 | RSA, layer 2 | probe R2, layer 0 | probe R2, layer 1 | probe R2, layer 2 |"
+    assert [r.split(" | ")[0] for r in table[2:]] == ["| small", "| large"]
+    assert table[2].split(" | ")[1] == fmt(summ[(summ.layer == 0) & (summ.label == "small")].iloc[0], "rsa_spearman")
+
+
+def test_analyse_sweep_reads_every_layer_table(tmp_path):
+    """Two tiny netsim runs (learned, none): the learned run's two per-layer tables are each analysed, layer 0's
+    metrics are the run's headline ones, layer 1's match an independent `analyze` of that table, ``extra`` is
+    applied to every table and the run without a PE has no rows."""
+    from analyses.netsim.sweep import analyse_sweep, conditions, run_sweep
+    from pe_probe.analysis import analyze
+    from pe_probe.io import load_table
+
+    tiny = {"model.d_model": 16, "optim.epochs": 1, "optim.batch_size": 32, "data.n_train": 64, "data.n_test": 32,
+            "eval_every": 1, "ckpt_every": 1}
+    conds = [c for c in conditions([0.1], ["none"])]
+    df = pd.DataFrame(run_sweep("netsim", tmp_path, conds, [0], tiny, log=lambda s: None))
+    seen = []
+
+    def extra(res):
+        seen.append(res.table.copy())
+        return {"n_rows": float(len(res.table))}
+
+    out, layers, seed0 = analyse_sweep(df, extra, n_perm=19)
+    assert list(out["pe_table"].fillna("")) == ["blocks.0.pe.table", ""]
+    assert list(layers["layer"]) == [0, 1] and list(layers["pe_table"]) == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    assert (layers["n_rows"] == 64).all() and len(seen) == 2 and not np.allclose(seen[0], seen[1])
+    assert layers.iloc[0]["rsa_spearman"] == out.iloc[0]["rsa_spearman"]
+    assert list(seed0) == ["learned σ=0.1"]
+    lt = load_table(tmp_path / "learned-s0.1-seed0" / "last.pt", layer=1)
+    ref = analyze(lt.table, lt.ground_truth, methods="pca,smacof", n_perm=19, n_boot=0, n_null=5, seed=0)
+    for key in ("rsa_spearman", "rsa_p", "probe_r2", "recovery_smacof_r2"):
+        assert layers.iloc[1][key] == pytest.approx(ref.metrics[key])
