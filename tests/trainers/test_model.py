@@ -191,6 +191,35 @@ def test_small_attention_under_cpu_bf16_autocast_is_close_to_float32():
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
 
 
+@pytest.mark.skipif(not __import__("trainers.evaluate").evaluate.cpu_has_bf16(), reason="CPU without native bf16")
+def test_attention_logits_stay_float32_under_bf16_autocast_as_in_sdpa():
+    """The matmul-softmax path takes q k^T in float32 from bf16 inputs, under autocast too (the weights are
+    exactly the float32 softmax of the float32 product). Its mean error against a float64 reference stays
+    within 1.3x that of SDPA's own fused bf16 kernel (it rounds the weights to bf16 for the product with v,
+    as GPU flash kernels do), where rounding the logits to bf16 first, as the plain bf16 product does, more
+    than doubles it (2.3x here)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from trainers.model import attend, attention_weights
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(256, 1, 16, 64, generator=g) * s for s in (1.5, 1.5, 1.0))
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        w = attention_weights(qb, kb)
+        ours = attend(qb, kb, vb)
+    assert w.dtype == torch.float32
+    torch.testing.assert_close(w, torch.softmax(qb.float() @ kb.float().transpose(-2, -1) / 8, -1), rtol=0, atol=0)
+    ref = torch.nn.functional.scaled_dot_product_attention(qb.double(), kb.double(), vb.double())
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb)
+    rounded = torch.softmax((qb @ kb.transpose(-2, -1)).float() / 8, -1).bfloat16() @ vb  # bf16 logits
+    err = {name: (x.double() - ref).abs().mean().item() for name, x in
+           (("ours", ours), ("fused", fused), ("rounded", rounded))}
+    assert err["ours"] <= 1.3 * err["fused"] and err["rounded"] > 2 * err["fused"], err
+    assert attention_weights(q.double(), k.double()).dtype == torch.float64  # wider inputs keep their precision
+
+
 @pytest.mark.parametrize("keys,bf16,fused", [(16, False, False), (33, False, True), (64, False, True),
                                              (64, True, False), (80, True, False), (512, True, False),
                                              (513, True, True)])
