@@ -28,7 +28,7 @@ from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 # backward; ``analyses/benchmarks/bench_attention.py``): in float32 (kept at 32, so the netsim / brain
 # models, 64 / 80 tokens, keep the fused kernel their committed reports were trained with) and under
 # bf16 autocast (the fused kernel then runs in float32, which the bf16 matrix products beat at every
-# length measured, up to 512 keys, except for a single query: the LST readout layer, 0.81x, ~0.2 ms a call).
+# length measured, up to 512 keys, except for a single query: the LST readout layer, 0.84x, ~0.2 ms a call).
 MATH_ATTENTION_MAX_TOKENS = 32
 MATH_ATTENTION_MAX_TOKENS_BF16 = 512
 # On a GPU inside a torch.compile'd step, up to this many keys: there Inductor fuses the scale, softmax and

@@ -17,6 +17,7 @@ with the grid. Writes reports/benchmarks/precision.csv and precision.md (unless 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -99,7 +100,7 @@ def report(rows: list[dict], variants: list[str], epochs: int, argv: list[str] |
     spread = [max(r[f"ood_{v}"] for v in variants) - min(r[f"ood_{v}"] for v in variants) for r in rows]
     rsa_spread = [max(r[f"rsa_{v}"] for v in variants) - min(r[f"rsa_{v}"] for v in variants) for r in rows]
     lines += ["", f"Largest difference between the arithmetics of one (seed, sigma): OOD {max(spread):.3f} "
-              f"(median {sorted(spread)[len(spread) // 2]:.3f}); RSA {max(rsa_spread):.3f}."]
+              f"(median {statistics.median(spread):.3f}); RSA {max(rsa_spread):.3f}."]
     lo, hi = min(r["sigma"] for r in rows), max(r["sigma"] for r in rows)
     if lo != hi:
         def mean(v, sigma):

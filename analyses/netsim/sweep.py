@@ -130,6 +130,8 @@ def analyse_run(ckpt: Path, n_perm: int = N_PERM, layer: int = 0) -> tuple[dict[
     return out, r
 
 
+COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]  # colour-blind safe (Okabe-Ito)
+LINE_STYLES = ["--", ":", "-."]
 RUN_KEYS = ("label", "pe", "sigma", "seed")  # the columns that name a run's condition in a layer row
 
 
@@ -195,25 +197,30 @@ def layer_levels(layers: pd.DataFrame, summary: pd.DataFrame, a: str, b: str, co
 
 def layer_figure(layers: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: list[tuple[str, str]]) -> None:
     """One panel per metric: each layer's learned-PE mean over seeds vs sigma (a line per layer; points =
-    seeds) and each fixed PE's mean at that layer (dashed, same colour)."""
+    seeds) and each fixed PE's mean (one grey line when its tables are the same at every layer, else one per
+    layer in that layer's colour)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
-    styles = ["--", ":", "-."]
+    layer_ids = sorted(summary["layer"].unique())
+    colour = {layer: COLOURS[i % len(COLOURS)] for i, layer in enumerate(layer_ids)}
+    fixed = summary[summary.pe != "learned"]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.8), constrained_layout=True)
     for ax, (col, name) in zip(np.atleast_1d(axes), panels):
-        for i, layer in enumerate(sorted(summary["layer"].unique())):
-            colour = colours[i % len(colours)]
-            s = summary[summary.layer == layer]
-            learned = s[s.pe == "learned"].sort_values("sigma")
-            ax.plot(learned["sigma"], learned[col], "o-", color=colour, label=f"learned, layer {layer}")
+        for layer in layer_ids:
+            learned = summary[(summary.layer == layer) & (summary.pe == "learned")].sort_values("sigma")
+            ax.plot(learned["sigma"], learned[col], "o-", color=colour[layer], label=f"learned, layer {layer}")
             pts = layers[(layers.layer == layer) & (layers.pe == "learned")]
-            ax.plot(pts["sigma"], pts[col], ".", color=colour, alpha=0.4)
-            for j, (_, r) in enumerate(s[s.pe != "learned"].iterrows()):
-                ax.axhline(r[col], ls=styles[j % len(styles)], color=colour, lw=1, label=f"{r['label']}, layer {layer}")
+            ax.plot(pts["sigma"], pts[col], ".", color=colour[layer], alpha=0.4)
+        for j, (label, g) in enumerate(fixed.groupby("label", sort=False)):
+            style = LINE_STYLES[j % len(LINE_STYLES)]
+            if np.allclose(g[col], g[col].iloc[0], equal_nan=True):
+                ax.axhline(g[col].iloc[0], ls=style, color="0.4", lw=1, label=f"{label}, every layer")
+                continue
+            for _, r in g.iterrows():
+                ax.axhline(r[col], ls=style, color=colour[r["layer"]], lw=1, label=f"{label}, layer {r['layer']}")
         ax.set_xscale("log")
         ax.set_xlabel("PE init σ")
         ax.set_ylabel(name)
@@ -410,7 +417,6 @@ def sigma_figure(df: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.8), constrained_layout=True)
     axes = np.atleast_1d(axes)
     learned = summary[summary.pe == "learned"].sort_values("sigma")
@@ -421,7 +427,7 @@ def sigma_figure(df: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: li
         ax.plot(pts["sigma"], pts[col], ".", color="0.5", label="learned (seeds)")
         for i, (_, r) in enumerate(fixed.iterrows()):
             if np.isfinite(r.get(col, np.nan)):
-                ax.axhline(r[col], ls="--", color=colours[i % len(colours)], label=r["label"])
+                ax.axhline(r[col], ls="--", color=COLOURS[i % len(COLOURS)], label=r["label"])
         if baselines and col in baselines and baselines[col] in summary:
             ax.axhline(float(summary[baselines[col]].mean()), ls=":", color="0.3", label="predict zero")
         ax.set_xscale("log")

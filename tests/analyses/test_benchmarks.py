@@ -146,6 +146,20 @@ def test_precision_check_trains_three_arithmetics_and_reports(tmp_path):
     assert "Mean OOD at sigma 0.1 minus at sigma 2" in (tmp_path / "out" / "precision.md").read_text()
 
 
+def test_precision_report_summarises_the_spread_between_arithmetics():
+    """Largest and median per-run spread (the median of an even count is the mean of the middle two) and the
+    sigma contrast per arithmetic."""
+    import precision_check
+
+    variants = ["a", "b"]
+    oods = [(0.90, 0.95), (0.20, 0.35), (0.80, 0.84), (0.30, 0.42)]  # spreads 0.05, 0.15, 0.04, 0.12
+    rows = [{"seed": i // 2, "sigma": (0.1, 2.0)[i % 2], "ood_a": a, "ood_b": b, "rsa_a": 0.1, "rsa_b": 0.1 + i / 100}
+            for i, (a, b) in enumerate(oods)]
+    text = precision_check.report(rows, variants, 40, [])
+    assert "OOD 0.150 (median 0.085); RSA 0.030." in text
+    assert "per arithmetic: a +0.600, b +0.510." in text
+
+
 def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(tmp_path):
     """`gpu_session.sh` is run once on a lent GPU; this keeps it working between such sessions."""
     import os

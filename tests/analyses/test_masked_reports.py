@@ -236,7 +236,7 @@ def test_report_scales_name_real_presets_and_bad_options_are_one_line_errors(mod
 
 # ---- every layer's table ---------------------------------------------------------------------------
 
-def test_layer_levels_and_table_are_per_layer():
+def test_layer_levels_and_table_are_per_layer(tmp_path):
     rows = []
     for layer, (a, b) in enumerate([(0.50, 0.10), (0.10, 0.50), (0.02, 0.01)]):  # holds, opposite, at chance
         for seed in range(3):
@@ -258,6 +258,14 @@ def test_layer_levels_and_table_are_per_layer():
     assert table[0] == "| PE | RSA, layer 0 | RSA, layer 1 | RSA, layer 2 | probe R2, layer 0 | probe R2, layer 1 | probe R2, layer 2 |"
     assert [r.split(" | ")[0] for r in table[2:]] == ["| small", "| large"]
     assert table[2].split(" | ")[1] == fmt(summ[(summ.layer == 0) & (summ.label == "small")].iloc[0], "rsa_spearman")
+    from analyses.netsim.sweep import layer_figure
+
+    fixed = pd.DataFrame([{"label": "sin", "pe": "sin2d", "sigma": np.nan, "seed": s, "layer": k, "rsa_spearman": 0.6,
+                           "rsa_p": 0.005, "probe_r2": 1.0} for k in range(3) for s in range(3)])
+    both = pd.concat([layers, fixed], ignore_index=True)
+    layer_figure(both, layer_summary(both, ["rsa_spearman", "probe_r2"]), tmp_path / "f.png",
+                 [("rsa_spearman", "RSA"), ("probe_r2", "probe R2")])
+    assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
 def test_analyse_sweep_reads_every_layer_table(tmp_path):
