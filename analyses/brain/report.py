@@ -23,9 +23,9 @@ from scipy.stats import rankdata, spearmanr
 from pe_probe.errors import OneLineArgumentParser
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep,
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
-                                   deterministic_labels, fmt, layer_figure, layer_levels, layer_summary, layer_table,
-                                   level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, same_direction,
-                                   sigma_figure, summarise, t_value, table_provenance, verdict_level, write_json)
+                                   deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
+                                   markdown_table, n_clipped, resolve_scale, run_sweep, same_direction, sigma_figure,
+                                   summarise, t_value, table_provenance, verdict_level, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -119,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     summ = summarise(df, cols)
     df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
     summ.to_csv(out / "summary.csv", index=False)
-    layer_summ = layer_summary(layers, [c for c, _ in LAYER_COLS])
-    layers.to_csv(out / "layers.csv", index=False)
+    layer_summ = write_layers(layers, out, LAYER_COLS)
 
     sigma_figure(df, summ, out / "figures" / "mse_vs_sigma.png",
                  [("test_mse", "held-out MSE, 50% masked"), ("ood_mse", "held-out MSE, 90% masked")])
@@ -129,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
                   ("recovery_smacof_r2", "3D SMACOF recovery r2")])
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
     orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
-    layer_figure(layers, layer_summ, out / "figures" / "layers_vs_sigma.png", LAYER_COLS)
 
     (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, scale, layers, layer_summ))
     print(f"wrote {out / 'README.md'}")
@@ -287,15 +285,7 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale, layers: pd.Da
         "",
         "![layouts](figures/layouts_orthogonal.png)",
         "",
-        "## Every layer's PE table",
-        "",
-        "Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
-        "table, mean [95% t-interval] over seeds (per run and layer, with Mantel p-values and partial correlations: "
-        "`layers.csv`):",
-        "",
-        layer_table(layer_summ[layer_summ.pe != "none"], LAYER_COLS),
-        "![every layer's table vs sigma](figures/layers_vs_sigma.png)",
-        "",
+        *layer_section(layer_summ, LAYER_COLS, "Mantel p-values and partial correlations"),
         "## Which claims hold here",
         "",
         level_criteria(n_seeds, tv) + " " + at_chance_criteria(ALPHA, N_PERM)

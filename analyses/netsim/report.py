@@ -21,9 +21,9 @@ import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria,
-                                   claim_levels, conditions, deterministic_labels, layer_figure, layer_levels,
-                                   layer_summary, layer_table, level_criteria, markdown_table, n_clipped,
-                                   resolve_scale, run_sweep, sigma_figure, summarise, t_value, write_json)
+                                   claim_levels, conditions, deterministic_labels, layer_levels, layer_section,
+                                   level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, sigma_figure,
+                                   summarise, t_value, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = [c for c in df.columns if c not in ("run",)]
     df[keep].to_csv(out / "runs.csv", index=False)
     summ.to_csv(out / "summary.csv", index=False)
-    layer_summ = layer_summary(layers, [c for c, _ in LAYER_COLS])
-    layers.to_csv(out / "layers.csv", index=False)
+    layer_summ = write_layers(layers, out, LAYER_COLS)
 
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": float("nan"), "n_seeds": 0,
                               **{k: base[k] for k in ("test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel",
@@ -182,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
                  [("rsa_spearman", "RSA (Spearman)"), ("recovery_smacof_r2", "SMACOF recovery r2"), ("probe_r2", "linear probe R2")])
     pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}", "sin2d") if k in results}
     layout_figure(pick, out / "figures" / "layouts.png")
-    layer_figure(layers, layer_summ, out / "figures" / "layers_vs_sigma.png", LAYER_COLS)
 
     (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, scale, layers, layer_summ))
     print(f"wrote {out / 'README.md'}")
@@ -339,14 +337,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
         "",
         "![layouts](figures/layouts.png)",
         "",
-        "## Every layer's PE table",
-        "",
-        f"Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
-        "table, mean [95% t-interval] over seeds (per run and layer, with Mantel p-values: `layers.csv`):",
-        "",
-        layer_table(layer_summ[layer_summ.pe != "none"], LAYER_COLS),
-        "![every layer's table vs sigma](figures/layers_vs_sigma.png)",
-        "",
+        *layer_section(layer_summ, LAYER_COLS, "Mantel p-values"),
         "## Which claims hold here",
         "",
         level_criteria(n_seeds, tv) + " " + at_chance_criteria(ALPHA, N_PERM),

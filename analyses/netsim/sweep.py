@@ -195,6 +195,24 @@ def layer_levels(layers: pd.DataFrame, summary: pd.DataFrame, a: str, b: str, co
     return "; ".join(parts)
 
 
+def write_layers(layers: pd.DataFrame, out: Path, cols: list[tuple[str, str]]) -> pd.DataFrame:
+    """Write a report's every-layer outputs (``layers.csv``, ``figures/layers_vs_sigma.png``); returns their
+    `layer_summary` over ``cols`` (metric, name)."""
+    summary = layer_summary(layers, [c for c, _ in cols])
+    layers.to_csv(out / "layers.csv", index=False)
+    layer_figure(layers, summary, out / "figures" / "layers_vs_sigma.png", cols)
+    return summary
+
+
+def layer_section(summary: pd.DataFrame, cols: list[tuple[str, str]], csv_contents: str) -> list[str]:
+    """README lines of a report's "Every layer's PE table" section (``csv_contents``: what layers.csv adds)."""
+    return ["## Every layer's PE table", "",
+            "Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
+            f"table, mean [95% t-interval] over seeds (per run and layer, with {csv_contents}: `layers.csv`):", "",
+            layer_table(summary[summary.pe != "none"], cols),
+            "![every layer's table vs sigma](figures/layers_vs_sigma.png)", ""]
+
+
 def layer_figure(layers: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: list[tuple[str, str]]) -> None:
     """One panel per metric: each layer's learned-PE mean over seeds vs sigma (a line per layer; points =
     seeds) and each fixed PE's mean (one grey line when its tables are the same at every layer, else one per
