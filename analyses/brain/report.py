@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "fc_vs_distance": rel, "mapping_evidence": evidence})
 
     conds = conditions(SIGMAS, FIXED)
-    print(f"brain sweep: {len(conds) * len(SEEDS)} runs in {runs}")
+    print(f"brain sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
     df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 
     df, layers, results = analyse_sweep(df, lambda res: pe_vs_fc(res.table, fc, gt.coords))

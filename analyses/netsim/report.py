@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin2d", "none"]
-SEEDS = [0, 1]
 
 
 SCALES = {

@@ -209,7 +209,7 @@ def layer_section(summary: pd.DataFrame, cols: list[tuple[str, str]], csv_conten
     return ["## Every layer's PE table", "",
             "Each run adds a separate table at every layer's input; the tables above are layer 0's. Every layer's "
             f"table, mean [95% t-interval] over seeds (per run and layer, with {csv_contents}: `layers.csv`):", "",
-            layer_table(summary[summary.pe != "none"], cols),
+            layer_table(summary, cols),  # `analyse_sweep` gives runs without a PE no layer rows
             "![every layer's table vs sigma](figures/layers_vs_sigma.png)", ""]
 
 
