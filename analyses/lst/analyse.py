@@ -88,6 +88,17 @@ def finished_runs(root: Path) -> list[Path]:
     return out
 
 
+def sweep_root_problem(root: Path) -> str | None:
+    """Why ``root`` cannot be analysed (one line naming the fix), or None: it must be a folder holding at
+    least one finished run."""
+    if not root.is_dir():
+        return f"--root {root}: no such sweep folder; train one with python -m analyses.lst.sweep --root {root}"
+    if not finished_runs(root):
+        return (f"--root {root} holds no finished run yet; let python -m analyses.lst.sweep --root {root} finish "
+                "(its --dry-run lists each run's state)")
+    return None
+
+
 def read_evals(run_dir: Path) -> list[dict[str, Any]]:
     rows = []
     path = run_dir / "metrics.jsonl"
@@ -306,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-perm", type=int, default=500, help="Mantel / PROTEST permutations per analysis (default: %(default)s)")
     p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     args = p.parse_args(argv)
+    if args.n_perm < 1 or args.n_boot < 1:
+        p.error("--n-perm and --n-boot must be >= 1")
+    problem = sweep_root_problem(Path(args.root))
+    if problem:
+        p.error(problem)
     import torch
 
     torch.set_num_threads(1)

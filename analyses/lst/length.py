@@ -1,0 +1,407 @@
+"""``python -m analyses.lst.length --root runs/lst-long``: does longer training change the LST picture?
+
+The committed LST report trains 40 epochs (the quick preset); the study trains 4,000. This report reads a
+sweep of the same preset trained longer (``analyses.lst.sweep --epochs 400 --set ckpt_every=40``), analyses
+its checkpoints like the main sweep (`analyses.lst.analyse`, cached per checkpoint) and compares every run
+with itself: held-out accuracy and grid geometry at epoch ``--at`` (40) against the end of training. The
+learning rate is constant and each epoch's shuffle is seeded by (seed, epoch), so a run's first 40 epochs
+are exactly a quick-preset run of the same code: only the training length differs.
+
+With ``--base`` (the main sweep's folder, default ``runs/lst-sweep``) it also sets each run's epoch-40 state
+beside the main sweep's 40-epoch run of the same σ and seed, read from that sweep's ``analysis/*.csv``.
+Writes ``README.md``, ``table_*.csv`` and two figures, each with the CSV it was drawn from, to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyses.lst.grid import PRESET_EPOCHS
+from analyses.lst.report import (ATTENTION_SWITCH, CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save,
+                                 code_paths, f3, fp, machine, md_table, paired_ci, spearman, view_rows)
+from pe_probe.errors import InputError, OneLineArgumentParser
+from trainers.provenance import describe_versions
+
+# the views followed at every checkpoint (`analyses.lst.analyse.TRAJECTORY`), with labels
+GEOMETRY_VIEWS = (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "raw table, layer 0"),
+                  ("qk", "0", "qk view, layer 0"), ("kernel", "mean", "attention kernel"),
+                  ("attention", "mean", "attention maps"))
+SIN2D = "2D sinusoid"
+
+
+def arm(row: Any) -> str:
+    """The run's arm: "σ = 0.1" for a learned table, "2D sinusoid" for the sin2d reference, else its PE kind."""
+    if row.pe == "learned" and row.sigma is not None and np.isfinite(row.sigma):
+        return f"σ = {row.sigma:g}"
+    return SIN2D if row.pe == "sin2d" else str(row.pe)
+
+
+def with_arms(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with an ``arm`` column and its rows in arm order (σ ascending, then the references)."""
+    out = df.copy()
+    out["sigma"] = pd.to_numeric(out["sigma"], errors="coerce")
+    out["arm"] = [arm(r) for r in out.itertuples()]
+    out["_order"] = out.sigma.fillna(np.inf)
+    return out.sort_values(["_order", "arm", "seed"], kind="stable").drop(columns="_order")
+
+
+def arms(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df.arm))
+
+
+def pct(v: float) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{100 * v:.1f}"
+
+
+def seeds_text(values: pd.Series, scale: float = 100.0, digits: int = 1) -> str:
+    """"93.5 (91.7, 95.4)": the mean over seeds, then each seed's value in seed order."""
+    v = values.dropna()
+    if v.empty:
+        return "n/a"
+    each = ", ".join(f"{scale * x:.{digits}f}" for x in v)
+    return f"{scale * v.mean():.{digits}f} ({each})" if len(v) > 1 else f"{scale * v.iloc[0]:.{digits}f}"
+
+
+def value_at(df: pd.DataFrame, epoch: int, key: str) -> pd.Series:
+    """``key`` per seed at ``epoch`` (rows of one arm)."""
+    return df[df.epoch == epoch].set_index("seed")[key]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables
+
+
+def accuracy_table(evals: pd.DataFrame, epochs: list[int], last: int) -> pd.DataFrame:
+    """Per arm: held-out accuracy at each of ``epochs`` (mean over seeds, then each seed), test and train
+    accuracy at ``last``, in %."""
+    rows = []
+    for a in arms(evals):
+        d = evals[evals.arm == a]
+        row = {"arm": a, "seeds": ", ".join(str(s) for s in sorted(d.seed.unique()))}
+        for ep in epochs:
+            row[f"held-out % at epoch {ep}"] = seeds_text(value_at(d, ep, "ood_acc"))
+        row[f"test % at epoch {last}"] = seeds_text(value_at(d, last, "test_acc"))
+        row[f"train % at epoch {last}"] = seeds_text(value_at(d, last, "train_acc"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def geometry_table(ana: pd.DataFrame, first: int, last: int) -> pd.DataFrame:
+    """Per view and arm: RSA with the grid at ``first`` and ``last`` (mean over seeds, then each seed), the
+    runs whose Mantel p < 0.05 at each, and the mean per-run change."""
+    rows = []
+    for view, layer, label in GEOMETRY_VIEWS:
+        d = view_rows(ana, view, layer, last=False)
+        for a in arms(d):
+            g = d[d.arm == a]
+            r0, r1 = value_at(g, first, "rsa_spearman"), value_at(g, last, "rsa_spearman")
+            p0, p1 = value_at(g, first, "rsa_p"), value_at(g, last, "rsa_p")
+            change = (r1 - r0).dropna()
+            rows.append({"view": label, "arm": a, f"RSA at epoch {first}": seeds_text(r0, 1, 3),
+                         f"RSA at epoch {last}": seeds_text(r1, 1, 3),
+                         "change (mean)": f"{change.mean():+.3f}" if len(change) else "n/a",
+                         f"Mantel p<0.05 at {first}": f"{int((p0 < 0.05).sum())}/{len(p0.dropna())}",
+                         f"Mantel p<0.05 at {last}": f"{int((p1 < 0.05).sum())}/{len(p1.dropna())}"})
+    return pd.DataFrame(rows)
+
+
+def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any], at: int) -> pd.DataFrame:
+    """Each run's state at epoch ``at`` beside the main sweep's ``at``-epoch run of the same arm and seed:
+    held-out accuracy, the raw table's RSA (mean of layers), and the CPU attention code path of the main
+    sweep's run (`analyses.lst.report.code_paths`)."""
+    base_runs = base.get("runs", pd.DataFrame())
+    base_ana = base.get("analyses", pd.DataFrame())
+    paths = base.get("paths", pd.Series(dtype=object))
+    if base_runs.empty:
+        return pd.DataFrame()
+    base_runs = with_arms(base_runs[base_runs.epochs == at])
+    raw = view_rows(ana, "raw", "mean", last=False)
+    base_raw = view_rows(base_ana, "raw", "mean") if not base_ana.empty else base_ana
+    rows = []
+    for r in evals[evals.epoch == at].itertuples():
+        b = base_runs[(base_runs.arm == r.arm) & (base_runs.seed == r.seed)]
+        if b.empty:
+            continue
+        mine = raw[(raw.run == r.run) & (raw.epoch == at)].rsa_spearman
+        theirs = base_raw[base_raw.run == b.run.iloc[0]].rsa_spearman if not base_raw.empty else pd.Series(dtype=float)
+        rows.append({"arm": r.arm, "seed": r.seed, f"held-out % (this run, epoch {at})": pct(r.ood_acc),
+                     f"held-out % (main sweep, {at} epochs)": pct(b.ood_acc.iloc[0]),
+                     "difference (points)": f"{100 * (r.ood_acc - b.ood_acc.iloc[0]):+.1f}",
+                     f"raw RSA (this run, epoch {at})": f3(mine.iloc[0]) if len(mine) else "n/a",
+                     f"raw RSA (main sweep, {at} epochs)": f3(theirs.iloc[0]) if len(theirs) else "n/a",
+                     "main sweep run's CPU attention": PATH_NAMES[paths.get(b.run.iloc[0], "unknown")]})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Findings: plain statements, each computed from the runs
+
+
+def mann_whitney_greater(a: pd.Series, b: pd.Series) -> tuple[float, float]:
+    """Exact one-sided Mann-Whitney p that ``a`` exceeds ``b``, and the smallest p these group sizes allow."""
+    from scipy import stats
+
+    a, b = a.dropna(), b.dropna()
+    if a.empty or b.empty:
+        return math.nan, math.nan
+    p = float(stats.mannwhitneyu(a, b, alternative="greater", method="exact").pvalue)
+    return p, 1.0 / math.comb(len(a) + len(b), len(b))
+
+
+def large_sigma_finding(evals: pd.DataFrame, first: int, last: int) -> str:
+    learned = evals[evals.pe == "learned"]
+    small, large = learned[learned.sigma <= SMALL], learned[learned.sigma >= LARGE]
+    if small.empty or large.empty:
+        return f"Large σ: needs runs with σ ≤ {SMALL:g} and σ ≥ {LARGE:g}."
+    parts = []
+    for ep in (first, last):
+        s, l_ = value_at(small, ep, "ood_acc"), value_at(large, ep, "ood_acc")
+        parts.append(f"epoch {ep}: {pct(s.mean())}% for σ ≤ {SMALL:g} (n = {len(s)}) vs {pct(l_.mean())}% for "
+                     f"σ ≥ {LARGE:g} (n = {len(l_)}), gap {100 * (s.mean() - l_.mean()):+.1f} points")
+    p, floor = mann_whitney_greater(value_at(small, last, "ood_acc"), value_at(large, last, "ood_acc"))
+    per_run = large.pivot_table(index=["sigma", "seed"], columns="epoch", values="ood_acc")
+    big = ", ".join(f"σ = {s:g} seed {k}: {pct(r[first])}% → {pct(r[last])}%" for (s, k), r in per_run.iterrows())
+    return (f"**Large σ and training length.** Held-out accuracy at {'; at '.join(parts)}. One-sided exact "
+            f"Mann-Whitney p at epoch {last} = {fp(p)} (the smallest p these group sizes allow is {fp(floor)}). "
+            f"Per large-σ run, epoch {first} → {last}: {big} (chance {100 * CHANCE:.0f}%).")
+
+
+def small_sigma_finding(evals: pd.DataFrame, first: int, last: int, cut: float = 0.5) -> str:
+    learned = evals[(evals.pe == "learned") & (evals.sigma <= cut)]
+    if learned.sigma.nunique() < 2:
+        return f"Small σ: needs at least two σ values ≤ {cut:g}."
+    parts = []
+    for ep in (first, last):
+        d = learned[learned.epoch == ep]
+        means = d.groupby("sigma").ood_acc.mean()
+        rho, p, n = spearman(d.sigma.astype(float), d.ood_acc)
+        parts.append(f"epoch {ep}: " + ", ".join(f"σ {s:g} {pct(m)}%" for s, m in means.items())
+                     + f" (ρ(σ, accuracy) = {f3(rho)}, p = {fp(p)}, n = {n} runs)")
+    return (f"**Is smaller σ better among σ ≤ {cut:g}?** Mean held-out accuracy at " + "; at ".join(parts) + ".")
+
+
+def sinusoid_finding(evals: pd.DataFrame, last: int) -> str:
+    d = evals[evals.epoch == last]
+    ref = d[d.arm == SIN2D]
+    learned = d[d.pe == "learned"]
+    if ref.empty or learned.empty:
+        return "2D sinusoid: no reference runs."
+    best_sigma = learned.groupby("sigma").ood_acc.mean().idxmax()
+    c = paired_ci(ref.set_index("seed").ood_acc, learned[learned.sigma == best_sigma].set_index("seed").ood_acc)
+    return (f"**2D sinusoid vs the best σ at epoch {last}** (σ = {best_sigma:g}), over {c['n']} seed(s): "
+            f"{pct(c['mean_a'])}% vs {pct(c['mean_b'])}%, paired difference {100 * c['diff']:+.1f} points "
+            f"(descriptive with this few seeds).")
+
+
+def geometry_finding(ana: pd.DataFrame, first: int, last: int) -> str:
+    lines = []
+    learned = ana[ana.pe == "learned"]
+    for view, layer, label in GEOMETRY_VIEWS:
+        d = view_rows(learned, view, layer, last=False)
+        if d.empty:
+            continue
+        bands = []
+        for name, sel in ((f"σ ≤ {SMALL:g}", d.sigma <= SMALL), (f"σ ≥ {LARGE:g}", d.sigma >= LARGE)):
+            piv = d[sel].pivot_table(index="run", columns="epoch", values="rsa_spearman")
+            if first not in piv or last not in piv:
+                continue
+            c = paired_ci(piv[last], piv[first])
+            bands.append(f"{name} {c['mean_b']:.3f} → {c['mean_a']:.3f} ({c['diff']:+.3f}, paired t p = {fp(c['t_p'])}, "
+                         f"n = {c['n']})")
+        if bands:
+            lines.append(f"{label}: " + "; ".join(bands))
+    if not lines:
+        return "Geometry: no analyses of learned tables at both epochs."
+    return (f"**Grid geometry, epoch {first} → {last}** (RSA with the grid, mean over runs; the per-run change has a "
+            "paired t-test, not corrected for the views): " + ". ".join(lines) + ".")
+
+
+def findings(evals: pd.DataFrame, ana: pd.DataFrame, first: int, last: int) -> list[str]:
+    return [large_sigma_finding(evals, first, last), small_sigma_finding(evals, first, last),
+            sinusoid_finding(evals, last), geometry_finding(ana, first, last)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Figures (each with the CSV it was drawn from)
+
+
+def _colours(names: list[str]) -> dict[str, str]:
+    return {a: ("#000000" if a == SIN2D else OKABE[i % (len(OKABE) - 1)]) for i, a in enumerate(names)}
+
+
+def fig_accuracy(evals: pd.DataFrame, at: int, out: Path) -> str:
+    """Held-out and training accuracy over epochs per arm: the mean over seeds, each seed faint."""
+    plt = _plt()
+    colours = _colours(arms(evals))
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharey=True)
+    for ax, key, title in zip(axes, ("ood_acc", "train_acc"), ("held-out accuracy", "training accuracy")):
+        for a, g in evals.groupby("arm", sort=False):
+            for _, s in g.groupby("seed"):
+                ax.plot(s.epoch, s[key], color=colours[a], lw=0.5, alpha=0.35)
+            m = g.groupby("epoch")[key].mean()
+            ax.plot(m.index, m.values, color=colours[a], lw=1.5, label=a)
+        ax.axhline(CHANCE, color="grey", lw=0.5, ls=":")
+        ax.axvline(at, color="grey", lw=0.5, ls="--")
+        ax.set(title=title, xlabel="epoch", ylim=(0, 1.02))
+    axes[0].set_ylabel(f"accuracy (dashed: epoch {at}, the quick preset's end)")
+    axes[1].legend(loc="lower right", frameon=False)
+    fig.tight_layout()
+    data = evals[["arm", "run", "seed", "epoch", "ood_acc", "test_acc", "train_acc"]]
+    return _save(fig, data, out, "accuracy_over_training")
+
+
+def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
+    """RSA with the grid over checkpoints per arm and view."""
+    plt = _plt()
+    colours = _colours(arms(ana))
+    fig, axes = plt.subplots(1, len(GEOMETRY_VIEWS), figsize=(10.5, 2.6), sharey=True)
+    frames = []
+    for ax, (view, layer, label) in zip(axes, GEOMETRY_VIEWS):
+        d = view_rows(ana, view, layer, last=False)
+        frames.append(d[["arm", "run", "seed", "epoch", "view", "layer", "rsa_spearman", "rsa_p"]])
+        for a, g in d.groupby("arm", sort=False):
+            m = g.groupby("epoch").rsa_spearman.mean()
+            ax.plot(m.index, m.values, color=colours[a], lw=1.2, marker="o", ms=2, label=a)
+        ax.axhline(0, color="grey", lw=0.5, ls=":")
+        ax.axvline(at, color="grey", lw=0.5, ls="--")
+        ax.set(title=label, xlabel="epoch", ylim=(-0.3, 1.0))
+    axes[0].set_ylabel("RSA with the grid (mean over seeds)")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    return _save(fig, pd.concat(frames, ignore_index=True), out, "geometry_over_training")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+
+
+def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: dict[str, Any], *, at: int,
+                 cmd: str) -> Path:
+    """README.md, the tables and the figures of the longer-training report; returns the README's path."""
+    evals, ana, runs = with_arms(frames["evals"]), with_arms(frames["analyses"]), with_arms(frames["runs"])
+    last = int(runs.epochs.min())
+    if at >= last or at not in set(evals.epoch) or at not in set(ana.epoch):
+        raise InputError(f"--at {at}: the runs need an evaluation and a checkpoint at epoch {at} and must train past it "
+                         f"(they end at {last}); train with --set ckpt_every={at}, or choose another --at")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
+        old.unlink()
+    marks = sorted({at, *[e for e in (100, 200) if at < e < last], last})
+    tables = {"accuracy": accuracy_table(evals, marks, last), "geometry": geometry_table(ana, at, last),
+              "crosscheck": crosscheck_table(evals, ana, base, at)}
+    for name, df in tables.items():
+        df.to_csv(out / f"table_{name}.csv", index=False)
+    figs = {"accuracy": fig_accuracy(evals, at, out), "geometry": fig_geometry(ana, at, out)}
+    secs = runs.train_seconds.dropna()
+
+    L = ["# Latin Square Task: does longer training change the picture?\n",
+         f"Regenerate everything in this folder with:\n\n```bash\n{cmd}\n```\n",
+         "Every number below was computed by that command from the runs' `metrics.jsonl` and checkpoints. The main LST "
+         f"report ([`../lst/README.md`](../lst/README.md)) trains the quick preset's {PRESET_EPOCHS['quick']} epochs; the "
+         "study trains 4,000. Here the same runs "
+         f"are compared at epoch {at} and at epoch {last}: the learning rate is constant and each epoch's shuffle is seeded "
+         f"by (seed, epoch), so a run's first {at} epochs are exactly a {at}-epoch run of the same code.\n",
+         "## Setting\n",
+         f"- Runs: `{root}`, {len(runs)} runs: " + ", ".join(f"{a} ({(runs.arm == a).sum()})" for a in arms(runs))
+         + f"; seeds {', '.join(str(s) for s in sorted(runs.seed.unique()))}; {last} epochs; checkpoints every "
+         f"{int(np.diff(sorted(ana.epoch.unique())).min())} epochs.",
+         f"- Hardware: {machine()}." + (f" Training time per run: median {secs.median() / 60:.0f} min "
+                                         f"(range {secs.min() / 60:.0f}-{secs.max() / 60:.0f} min)." if len(secs) else ""),
+         "- Trainer code (git commit per run, from `provenance.jsonl`): "
+         + describe_versions([root / r for r in runs.run]) + ".",
+         "- Analyses as in the main report (`analyses.lst.analyse`): the views followed at every checkpoint (raw table, "
+         "qk view, attention kernel, attention maps on 500 fresh puzzles), 500 permutations. The σ bands are the main "
+         f"report's: small σ ≤ {SMALL:g}, large σ ≥ {LARGE:g}. With {runs.groupby('arm').seed.nunique().max()} seed(s) "
+         "per arm, every comparison here is descriptive: read the per-seed values.",
+         "", "## Findings\n"]
+    L += [f"- {f}" for f in findings(evals, ana, at, last)]
+    L += ["", "## Held-out accuracy over training\n",
+          "Mean over seeds, then each seed's value in seed order, in %. Chance is 25%.\n",
+          md_table(tables["accuracy"]),
+          f"![Held-out and training accuracy over epochs]({figs['accuracy']}.png)\n",
+          f"_Held-out and training accuracy over epochs: the mean over seeds (thick), each seed (faint); dashed: epoch "
+          f"{at}_ (data: [`{figs['accuracy']}.csv`]({figs['accuracy']}.csv))\n",
+          "## Grid geometry over training\n",
+          "RSA (Spearman) between the table's (or view's) distances and the grid's: mean over seeds, then each seed. "
+          "The 2D sinusoid's raw table is fixed, so its raw RSA does not move.\n",
+          md_table(tables["geometry"]),
+          f"![RSA with the grid over checkpoints]({figs['geometry']}.png)\n",
+          f"_RSA with the grid over checkpoints, per view (mean over seeds)_ (data: [`{figs['geometry']}.csv`]"
+          f"({figs['geometry']}.csv))\n"]
+    if not tables["crosscheck"].empty:
+        diff = tables["crosscheck"]["difference (points)"].astype(float).abs()
+        L += [f"## Cross-check: epoch {at} of these runs vs the main sweep's {at}-epoch runs\n",
+              "Same σ, seed and preset. Runs of the main sweep trained with torch's fused CPU attention kernel (last "
+              f"column) differ from these in floating-point rounding only ({MIXED}; the runs here were trained after commit "
+              f"{ATTENTION_SWITCH[0]}), so they need not match bit for bit: `reports/benchmarks/precision.md` measures how "
+              f"far rounding alone moves one run. Here: median absolute difference {np.median(diff):.1f} points, largest "
+              f"{diff.max():.1f}.\n",
+              md_table(tables["crosscheck"])]
+    L += ["## Files\n",
+          "`table_accuracy.csv`, `table_geometry.csv`, `table_crosscheck.csv`: the tables above; each figure with the CSV "
+          f"it was drawn from. Tidy per-run tables: `{root}/analysis/`.\n",
+          f"_Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}._\n"]
+    path = out / "README.md"
+    path.write_text("\n".join(L))
+    return path
+
+
+def read_base(root: Path | None) -> dict[str, Any]:
+    """The main sweep's tidy tables (``ROOT/analysis/runs.csv`` and ``analyses.csv``) and each run's CPU
+    attention code path (``paths``), or {} without them."""
+    if root is None:
+        return {}
+    folder = root / "analysis"
+    if not (folder / "runs.csv").is_file() or not (folder / "analyses.csv").is_file():
+        return {}
+    runs = pd.read_csv(folder / "runs.csv")
+    return {"runs": runs, "analyses": pd.read_csv(folder / "analyses.csv", low_memory=False),
+            "paths": code_paths(root, runs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineArgumentParser(prog="python -m analyses.lst.length", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="runs/lst-long", help="the longer sweep's folder (default: %(default)s)")
+    p.add_argument("--base", default="runs/lst-sweep",
+                   help="the main sweep's folder, for the cross-check ('' to skip; default: %(default)s)")
+    p.add_argument("--out", default="reports/lst-long", help="report folder (default: %(default)s)")
+    p.add_argument("--at", type=int, default=40, help="the earlier epoch compared with the end (default: %(default)s)")
+    p.add_argument("--n-perm", type=int, default=500, help="Mantel permutations per analysis (default: %(default)s)")
+    p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
+    args = p.parse_args(argv)
+    from analyses.lst.analyse import collect, sweep_root_problem, write_tables
+
+    if args.at < 1 or args.n_perm < 1 or args.n_boot < 1:
+        p.error("--at, --n-perm and --n-boot must be >= 1")
+    root = Path(args.root)
+    problem = sweep_root_problem(root)
+    if problem:
+        p.error(problem)
+    import torch
+
+    torch.set_num_threads(1)
+    frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
+    write_tables(frames, root)
+    cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)} --base {shlex.quote(args.base)} "
+           f"--out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else ""))
+    try:
+        path = write_report(root, Path(args.out), frames, read_base(Path(args.base) if args.base else None),
+                            at=args.at, cmd=cmd)
+    except InputError as e:
+        p.error(str(e))
+    print(f"report written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
