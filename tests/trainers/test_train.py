@@ -169,3 +169,17 @@ def test_load_checkpoint_rejects_foreign_and_truncated_files(tmp_path):
         load_checkpoint(bad)
     with pytest.raises(InputError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_a_longer_run_passes_through_the_shorter_runs_state(tmp_path):
+    """The learning rate is constant and every epoch's randomness comes from (seed, epoch): the first 2 epochs
+    of a 4-epoch run are the 2-epoch run exactly (what `analyses.lst.length` relies on to compare a run with
+    itself at the quick preset's end)."""
+    short = train(tiny_config(**{"optim.epochs": 2}), tmp_path / "short", log=quiet)
+    train(tiny_config(), tmp_path / "long", log=quiet)
+    a = load_checkpoint(tmp_path / "short" / "last.pt")
+    b = load_checkpoint(tmp_path / "long" / "checkpoints" / "step-{:08d}.pt".format(a["step"]))
+    assert b["epoch"] == 2 and b["metrics"] == short
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    assert metric_lines(tmp_path / "long")[:2] == metric_lines(tmp_path / "short")
