@@ -128,7 +128,10 @@ def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any
     base_raw = view_rows(base_ana, "raw", "mean") if not base_ana.empty else base_ana
     rows = []
     for r in evals[evals.epoch == at].itertuples():
-        b = base_runs[(base_runs.arm == r.arm) & (base_runs.seed == r.seed)]
+        # the same kind of run: arm and seed, and group, placement and control (the main sweep also trains
+        # learned tables at these sigmas with one table at the input, or other optimisers)
+        b = base_runs[(base_runs.arm == r.arm) & (base_runs.seed == r.seed) & (base_runs.group == r.group)
+                      & (base_runs.placement == r.placement) & (base_runs.control == r.control)]
         if b.empty:
             continue
         mine = raw[(raw.run == r.run) & (raw.epoch == at)].rsa_spearman

@@ -59,6 +59,9 @@ def base_frames() -> dict:
     ana = f["analyses"][f["analyses"].epoch == 4].copy()
     ana["run"] = "base-" + ana["run"]
     ana["is_last"] = True
+    # a control run at the same sigma and seed (weight decay) must not be matched
+    wd = runs[(runs.sigma == 0.1)].assign(run=lambda d: "wd-" + d.run, group="control", control="wd0.1", ood_acc=0.5)
+    runs = pd.concat([wd, runs], ignore_index=True)
     paths = pd.Series({r.run: "fused" if r.seed == 0 else "matmul" for r in runs.itertuples()}, dtype=object)
     return {"runs": runs, "analyses": ana, "paths": paths}
 
@@ -153,5 +156,5 @@ def test_read_base_reads_the_tidy_tables_or_nothing(tmp_path):
     b["runs"].to_csv(tmp_path / "analysis" / "runs.csv", index=False)
     b["analyses"].to_csv(tmp_path / "analysis" / "analyses.csv", index=False)
     got = LEN.read_base(tmp_path)
-    assert len(got["runs"]) == 8 and len(got["analyses"]) == len(b["analyses"])
+    assert len(got["runs"]) == 10 and len(got["analyses"]) == len(b["analyses"])
     assert set(got["paths"]) == {"unknown"}  # no train.log to date the runs by
