@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from analyses.lst.grid import PRESET_EPOCHS
-from analyses.lst.report import (ATTENTION_SWITCH, CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save,
-                                 code_paths, f3, fp, machine, md_table, paired_ci, spearman, view_rows)
+from analyses.lst.report import (CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save, code_paths,
+                                 describe_paths, f3, fp, machine, md_table, paired_ci, spearman, view_rows)
 from pe_probe.errors import InputError, OneLineArgumentParser
 from trainers.provenance import describe_versions
 
@@ -305,6 +305,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
         df.to_csv(out / f"table_{name}.csv", index=False)
     figs = {"accuracy": fig_accuracy(evals, at, out), "geometry": fig_geometry(ana, at, out)}
     secs = runs.train_seconds.dropna()
+    own = code_paths(root, runs)
 
     L = ["# Latin Square Task: does longer training change the picture?\n",
          f"Regenerate everything in this folder with:\n\n```bash\n{cmd}\n```\n",
@@ -320,7 +321,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
          f"- Hardware: {machine()}." + (f" Training time per run: median {secs.median() / 60:.0f} min "
                                          f"(range {secs.min() / 60:.0f}-{secs.max() / 60:.0f} min)." if len(secs) else ""),
          "- Trainer code (git commit per run, from `provenance.jsonl`): "
-         + describe_versions([root / r for r in runs.run]) + ".",
+         + describe_versions([root / r for r in runs.run]) + f"; CPU attention code path: {describe_paths(own)}.",
          "- Analyses as in the main report (`analyses.lst.analyse`): the views followed at every checkpoint (raw table, "
          "qk view, attention kernel, attention maps on 500 fresh puzzles), 500 permutations. The σ bands are the main "
          f"report's: small σ ≤ {SMALL:g}, large σ ≥ {LARGE:g}. With {runs.groupby('arm').seed.nunique().max()} seed(s) "
@@ -343,11 +344,10 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
     if not tables["crosscheck"].empty:
         diff = tables["crosscheck"]["difference (points)"].astype(float).abs()
         L += [f"## Cross-check: epoch {at} of these runs vs the main sweep's {at}-epoch runs\n",
-              "Same σ, seed and preset. Runs of the main sweep trained with torch's fused CPU attention kernel (last "
-              f"column) differ from these in floating-point rounding only ({MIXED}; the runs here were trained after commit "
-              f"{ATTENTION_SWITCH[0]}), so they need not match bit for bit: `reports/benchmarks/precision.md` measures how "
-              f"far rounding alone moves one run. Here: median absolute difference {np.median(diff):.1f} points, largest "
-              f"{diff.max():.1f}.\n",
+              "Same σ, seed and preset. Where the two runs' CPU attention code paths differ (last column; the runs here: "
+              f"{describe_paths(own)}), they differ in floating-point rounding only ({MIXED}), so they need not match bit "
+              "for bit: `reports/benchmarks/precision.md` measures how far rounding alone moves one run. Here: median "
+              f"absolute difference {np.median(diff):.1f} points, largest {diff.max():.1f}.\n",
               md_table(tables["crosscheck"])]
     L += ["## Files\n",
           "`table_accuracy.csv`, `table_geometry.csv`, `table_crosscheck.csv`: the tables above; each figure with the CSV "
