@@ -71,6 +71,17 @@ def seeds_text(values: pd.Series, scale: float = 100.0, digits: int = 1) -> str:
     return f"{scale * v.mean():.{digits}f} ({each})" if len(v) > 1 else f"{scale * v.iloc[0]:.{digits}f}"
 
 
+def seed_range(runs: pd.DataFrame) -> str:
+    """"2-4 seeds": how many seeds the arms have."""
+    n = runs.groupby("arm").seed.nunique()
+    lo, hi = int(n.min()), int(n.max())
+    return f"{lo} seed{'s' if lo != 1 else ''}" if lo == hi else f"{lo}-{hi} seeds"
+
+
+def r3(v: float) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.3f}"
+
+
 def value_at(df: pd.DataFrame, epoch: int, key: str) -> pd.Series:
     """``key`` per seed at ``epoch`` (rows of one arm)."""
     return df[df.epoch == epoch].set_index("seed")[key]
@@ -139,8 +150,8 @@ def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any
         rows.append({"arm": r.arm, "seed": r.seed, f"held-out % (this run, epoch {at})": pct(r.ood_acc),
                      f"held-out % (main sweep, {at} epochs)": pct(b.ood_acc.iloc[0]),
                      "difference (points)": f"{100 * (r.ood_acc - b.ood_acc.iloc[0]):+.1f}",
-                     f"raw RSA (this run, epoch {at})": f3(mine.iloc[0]) if len(mine) else "n/a",
-                     f"raw RSA (main sweep, {at} epochs)": f3(theirs.iloc[0]) if len(theirs) else "n/a",
+                     f"raw RSA (this run, epoch {at})": r3(mine.iloc[0]) if len(mine) else "n/a",
+                     f"raw RSA (main sweep, {at} epochs)": r3(theirs.iloc[0]) if len(theirs) else "n/a",
                      "main sweep run's CPU attention": PATH_NAMES[paths.get(b.run.iloc[0], "unknown")]})
     return pd.DataFrame(rows)
 
@@ -288,7 +299,7 @@ def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
 
 
 def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: dict[str, Any], *, at: int,
-                 cmd: str) -> Path:
+                 cmd: str, notes: list[str] | None = None) -> Path:
     """README.md, the tables and the figures of the longer-training report; returns the README's path."""
     evals, ana, runs = with_arms(frames["evals"]), with_arms(frames["analyses"]), with_arms(frames["runs"])
     last = int(runs.epochs.min())
@@ -324,8 +335,9 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
          + describe_versions([root / r for r in runs.run]) + f"; CPU attention code path: {describe_paths(own)}.",
          "- Analyses as in the main report (`analyses.lst.analyse`): the views followed at every checkpoint (raw table, "
          "qk view, attention kernel, attention maps on 500 fresh puzzles), 500 permutations. The σ bands are the main "
-         f"report's: small σ ≤ {SMALL:g}, large σ ≥ {LARGE:g}. With {runs.groupby('arm').seed.nunique().max()} seed(s) "
-         "per arm, every comparison here is descriptive: read the per-seed values.",
+         f"report's: small σ ≤ {SMALL:g}, large σ ≥ {LARGE:g}. With {seed_range(runs)} per arm, every comparison "
+         "here is descriptive except the exact tests it names: read the per-seed values.",
+         *[f"- Note: {n}" for n in notes or []],
          "", "## Findings\n"]
     L += [f"- {f}" for f in findings(evals, ana, at, last)]
     L += ["", "## Held-out accuracy over training\n",
@@ -381,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at", type=int, default=40, help="the earlier epoch compared with the end (default: %(default)s)")
     p.add_argument("--n-perm", type=int, default=500, help="Mantel permutations per analysis (default: %(default)s)")
     p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
     args = p.parse_args(argv)
     from analyses.lst.analyse import collect, sweep_root_problem, write_tables
 
@@ -396,10 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
     cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)} --base {shlex.quote(args.base)} "
-           f"--out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else ""))
+           f"--out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else "")
+           + "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note))
     try:
         path = write_report(root, Path(args.out), frames, read_base(Path(args.base) if args.base else None),
-                            at=args.at, cmd=cmd)
+                            at=args.at, cmd=cmd, notes=args.note)
     except InputError as e:
         p.error(str(e))
     print(f"report written to {path}")

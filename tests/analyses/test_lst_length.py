@@ -113,8 +113,10 @@ def test_geometry_finding_and_table_give_the_per_run_change():
 
 def test_written_report_files_and_crosscheck(tmp_path):
     out = tmp_path / "report"
-    path = LEN.write_report(tmp_path / "sweep", out, frames(), base_frames(), at=4, cmd="python -m analyses.lst.length")
+    path = LEN.write_report(tmp_path / "sweep", out, frames(), base_frames(), at=4, cmd="python -m analyses.lst.length",
+                            notes=["where the runs came from"])
     text = path.read_text()
+    assert "- Note: where the runs came from" in text and "With 2 seeds per arm" in text
     for head in ("## Findings", "## Held-out accuracy over training", "## Grid geometry over training",
                  "## Cross-check: epoch 4 of these runs vs the main sweep's 4-epoch runs"):
         assert head in text
