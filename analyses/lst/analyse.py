@@ -99,6 +99,16 @@ def sweep_root_problem(root: Path) -> str | None:
     return None
 
 
+def check_arguments(parser: Any, root: Path, n_perm: int, n_boot: int) -> None:
+    """The analysing commands' shared input check: a one-line usage error (exit 2) for a count below 1 or a
+    sweep folder that cannot be analysed (`sweep_root_problem`), before anything is written."""
+    if n_perm < 1 or n_boot < 1:
+        parser.error("--n-perm and --n-boot must be >= 1")
+    problem = sweep_root_problem(root)
+    if problem:
+        parser.error(problem)
+
+
 def read_evals(run_dir: Path) -> list[dict[str, Any]]:
     rows = []
     path = run_dir / "metrics.jsonl"
@@ -317,11 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-perm", type=int, default=500, help="Mantel / PROTEST permutations per analysis (default: %(default)s)")
     p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     args = p.parse_args(argv)
-    if args.n_perm < 1 or args.n_boot < 1:
-        p.error("--n-perm and --n-boot must be >= 1")
-    problem = sweep_root_problem(Path(args.root))
-    if problem:
-        p.error(problem)
+    check_arguments(p, Path(args.root), args.n_perm, args.n_boot)
     import torch
 
     torch.set_num_threads(1)

@@ -1095,13 +1095,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
     args = p.parse_args(argv)
-    from analyses.lst.analyse import collect, sweep_root_problem, write_tables
+    from analyses.lst.analyse import check_arguments, collect, write_tables
 
-    if args.n_perm < 1 or args.n_boot < 1:
-        p.error("--n-perm and --n-boot must be >= 1")
-    problem = sweep_root_problem(Path(args.root))
-    if problem:
-        p.error(problem)
+    check_arguments(p, Path(args.root), args.n_perm, args.n_boot)
     import torch
 
     torch.set_num_threads(1)
