@@ -27,7 +27,8 @@ import pandas as pd
 
 from analyses.lst.grid import PRESET_EPOCHS
 from analyses.lst.report import (CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save, code_paths,
-                                 describe_paths, f3, fp, machine, md_table, paired_ci, spearman, view_rows)
+                                 describe_paths, f3, fp, machine, md_table, paired_ci, rsa_change, spearman,
+                                 view_rows)
 from pe_probe.errors import InputError, OneLineArgumentParser
 from trainers.provenance import describe_versions
 
@@ -225,10 +226,9 @@ def geometry_finding(ana: pd.DataFrame, first: int, last: int) -> str:
             continue
         bands = []
         for name, sel in ((f"σ ≤ {SMALL:g}", d.sigma <= SMALL), (f"σ ≥ {LARGE:g}", d.sigma >= LARGE)):
-            piv = d[sel].pivot_table(index="run", columns="epoch", values="rsa_spearman")
-            if first not in piv or last not in piv:
+            c = rsa_change(d[sel], first, last)
+            if not c["n"]:  # no run of this band has both epochs
                 continue
-            c = paired_ci(piv[last], piv[first])
             bands.append(f"{name} {c['mean_b']:.3f} → {c['mean_a']:.3f} ({c['diff']:+.3f}, paired t p = {fp(c['t_p'])}, "
                          f"n = {c['n']})")
         if bands:
