@@ -104,9 +104,11 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
     a GPU. CUDA only (an `InputError` elsewhere, before anything is written).
     """
     check_cuda_graphs(device, cuda_graphs)
+    # dynamic=False: an epoch's last, smaller batch compiles a second static graph. By default it would
+    # compile a graph dynamic in the batch size, which Dynamo then runs for every later full batch too.
     if cuda_graphs:
-        return torch.compile(fn, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
-    return (torch.compile(fn) if compile else fn), lambda: None
+        return torch.compile(fn, mode="reduce-overhead", dynamic=False), torch.compiler.cudagraph_mark_step_begin
+    return (torch.compile(fn, dynamic=False) if compile else fn), lambda: None
 
 
 @dataclass(frozen=True)

@@ -404,6 +404,9 @@ def main(argv=None):
     p.add_argument("--no-bf16", action="store_true", help="no bf16 variants")
     p.add_argument("--no-tf32", action="store_true", help="no TensorFloat-32 variants (by default a GPU times the "
                    "single model and every ensemble with --tf32 too)")
+    p.add_argument("--only", default=None, metavar="LIST", help="time only these configurations, e.g. "
+                   "single,ensemble-300-bf16-compile (the naive baseline always runs: every ratio needs it); "
+                   "for a short GPU lease")
     p.add_argument("--out", default=str(ROOT / "reports" / "benchmarks"))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -425,9 +428,15 @@ def main(argv=None):
 
     args.bf16 = (args.bf16 or device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
     args.tf32 = device.type == "cuda" and not args.no_tf32
-    bounds = {d: arithmetic_bound(d, device) for d in args.d_models}
-
     configs = plan(args)
+    if args.only:
+        wanted = set(args.only.split(",")) | {"naive"}
+        unknown = sorted(wanted - {c[0] for c in configs})
+        if unknown:
+            p.error(f"--only: {', '.join(unknown)} not among this run's configurations "
+                    f"({', '.join(dict.fromkeys(c[0] for c in configs))})")
+        configs = [c for c in configs if c[0] in wanted]
+    bounds = {d: arithmetic_bound(d, device) for d in args.d_models}
     best: dict[tuple[str, int], dict] = {}
     paired: dict[tuple[str, int], list[float]] = {}  # rate / the naive window measured just before it
     load_seen = []

@@ -176,11 +176,11 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
         machine = tar.extractfile("./machine.txt").read().decode()
         tests_log = tar.extractfile("./cuda_tests.log").read().decode()
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
-            "profile.md"} <= names
-    assert "cuda tests exit 0, benchmark exit 0, profile exit 0" in machine
+            "profile.md", "sweep.log", "sweep.csv", "sweep.md"} <= names
+    assert "profile exit 0, sweep exit 0, benchmark exit 0, cuda tests exit 0" in machine
     assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
     summary = (tmp_path / "summary.txt").read_text()
-    assert "| d_model | config |" in summary and "| config | d_model |" in summary
+    assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
 
 
 def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path):
@@ -284,3 +284,45 @@ def test_each_configuration_is_compared_with_the_per_core_single_of_its_precisio
     assert pick("ensemble-8") == "single-parallel" and pick("ensemble-8-bf16") == "single-parallel-bf16"
     assert pick("ensemble-8-compile") == "single-parallel-compile"
     assert pick("ensemble-8-bf16-compile") == pick("single-parallel-bf16-compile") == "single-parallel-bf16-compile"
+
+
+def test_bench_sweep_times_the_real_trainers_parts_and_projects_the_paper_schedule(tmp_path):
+    import bench_sweep
+
+    runs = tmp_path / "runs"
+    argv = ["--d-model", "8", "--sigmas", "0.1,2", "--seeds", "1", "--epochs", "3", "--runs", str(runs), "--out", str(tmp_path)]
+    assert bench_sweep.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
+    assert all(float(r["train_s"]) > 0 and float(r["eval_s"]) > 0 for r in rows)
+    # the trainer wrote ordinary runs: 2 members, each with its metrics after every epoch and one checkpoint round
+    folders = sorted(p.name for p in runs.iterdir())
+    assert folders == ["learned_sigma0.1_lr0.0001_seed0", "learned_sigma2_lr0.0001_seed0"]
+    assert len((runs / folders[0] / "metrics.jsonl").read_text().splitlines()) == 3
+    assert len(list((runs / folders[0] / "checkpoints").glob("*.pt"))) == 1
+    text = (tmp_path / "sweep.md").read_text()
+    assert "| **total** |" in text and "4000 epochs, evaluation every 50, checkpoints every 250" in text
+
+
+def test_bench_sweep_projection_adds_the_parts_at_the_paper_schedule():
+    import bench_sweep
+
+    m = {"setup_s": 36.0, "train_s": [100.0, 2.0, 4.0, 3.0], "eval_s": [9.0, 1.0, 1.0, 1.0], "ckpt_s": 18.0,
+         "puzzles_per_epoch": 8100}
+    proj = bench_sweep.project(m, 300)
+    assert proj["epoch_s"] == 3.0 and proj["first_extra_s"] == 97.0
+    # setup + compile extra + 4000 epochs + 80 evaluations + 16 checkpoint rounds
+    assert proj["total_h"] == pytest.approx((36 + 97 + 4000 * 3 + 80 * 1 + 16 * 18) / 3600)
+    assert proj["puzzles_per_s"] == pytest.approx(300 * 8100 / 3.0)
+
+
+def test_bench_sweep_refuses_a_used_runs_folder_and_too_few_epochs(tmp_path, capsys):
+    import bench_sweep
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "x").write_text("")
+    for argv, message in ((["--runs", str(tmp_path / "old")], "is not empty"), (["--epochs", "2"], "must be >= 3"),
+                          (["--sigmas", "a,b"], "comma list of numbers")):
+        with pytest.raises(SystemExit) as e:
+            bench_sweep.main(argv + ["--no-write"])
+        assert e.value.code == 2 and message in capsys.readouterr().err

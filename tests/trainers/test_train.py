@@ -183,3 +183,31 @@ def test_a_longer_run_passes_through_the_shorter_runs_state(tmp_path):
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
     assert metric_lines(tmp_path / "long")[:2] == metric_lines(tmp_path / "short")
+
+
+def test_a_compiled_step_keeps_its_full_batch_graph_after_the_epochs_smaller_last_batch(monkeypatch):
+    """The last batch of an epoch is smaller (8,100 puzzles = 63 x 128 + 36). `compiled_step` compiles it
+    as a second static graph; torch.compile's default would compile a batch-dynamic graph and run that one
+    for every later full batch too (slower kernels than the ones benchmarked)."""
+    real_compile, ran = torch.compile, []
+
+    def recording_compile(fn, **kwargs):
+        graphs = []
+
+        def backend(gm, example_inputs):
+            index, static = len(graphs), all(isinstance(t, torch.Tensor) for t in example_inputs)
+            graphs.append(index)
+
+            def run(*args):
+                ran.append((index, static))
+                return gm.forward(*args)
+            return run
+        kwargs.pop("mode", None)
+        return real_compile(fn, backend=backend, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    torch._dynamo.reset()
+    step, _ = train_mod.compiled_step(lambda x: (x * 2).sum(1), torch.device("cpu"), compile=True)
+    for batch in (128, 36, 128, 36):
+        step(torch.ones(3, batch))
+    assert ran == [(0, True), (1, True), (0, True), (1, True)]  # each batch size its own static graph
