@@ -97,6 +97,9 @@ class Timeline:
             self.epoch_ends.append(time.perf_counter())
             self.evals.append(self._pending_eval)
             self._pending_eval = 0.0
+            start = self.epoch_ends[-2] if len(self.epoch_ends) > 1 else self.first_step
+            # as it goes: a run stopped by a time limit still leaves its epoch times in the log
+            msg += f"  [training {self.epoch_ends[-1] - start - self.evals[-1]:.3f} s, evaluation {self.evals[-1]:.3f} s]"
         print(msg, flush=True)
 
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9.3 minutes of work:
-# 70 + 160 + 110 + 220 s):
+# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9.5 minutes of work:
+# 70 + 180 + 110 + 210 s):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
 #      train): wall vs GPU-busy time, kernels per step, top kernels;
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
-#      real trainer (bf16, compiled) for 6 epochs: setup, compilation, training, evaluation and checkpoint
+#      real trainer (bf16, compiled) for 5 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
 #   4. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
-#      loop, the single model (eager, CUDA graphs) and the K = 300 ensemble (bf16 eager and compiled), ratios
+#      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios
 #      to the naive loop measured in this run (rewritten after every configuration: a timeout keeps what was
 #      measured);
 #   5. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
@@ -35,9 +35,9 @@ if [ "$DEVICE" = cpu ]; then
   SWEEP=(--device cpu --d-model 8 --sigmas 0.1,2 --seeds 1 --epochs 3)
 else
   BENCH=(--device cuda --d-models 160 --ks 300 --compile-ks 300 --steps 30 --rounds 1 --no-tf32
-         --only single,single-bf16-cudagraphs,ensemble-300-bf16,ensemble-300-bf16-compile)
+         --only single,ensemble-300-bf16,ensemble-300-bf16-compile)
   PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile)
-  SWEEP=(--device cuda --bf16 --compile --epochs 6)
+  SWEEP=(--device cuda --bf16 --compile --epochs 5)
 fi
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && [ "$DEVICE" != cpu ] && XDIST=(-n 4)
@@ -55,14 +55,14 @@ pack
 timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
 profile=$?
 pack
-timeout 160 "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
+timeout 180 "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
 sweep=$?
 pack
 timeout 110 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
 bench=$?
 pack
 # -v: one line per test as it ends, so a run cut off by the timeout still says which passed
-timeout 220 "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
+timeout 210 "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
 tests=$?
 echo "profile exit $profile, sweep exit $sweep, benchmark exit $bench, cuda tests exit $tests" | tee -a "$FILES/machine.txt"
 pack
