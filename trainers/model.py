@@ -98,7 +98,26 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dro
         with torch.autocast("cpu", enabled=False):
             mask = attn_mask.float() if attn_mask is not None and attn_mask.is_floating_point() else attn_mask
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p)
+    if q.device.type == "cuda" and q.shape[0] * q.shape[1] > CUDA_SDPA_MAX_ROWS:
+        return sdpa_in_chunks(q, k, v, attn_mask, dropout_p, CUDA_SDPA_MAX_ROWS)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+
+
+# cuDNN's fused attention failed on an H200 (torch 2.11, "mha_graph.execute ... is_good()") for 300 x 256 =
+# 76,800 sequences of one head (an ensemble of 300 evaluated 256 puzzles at a time) and ran for 38,400 (the
+# training batch): batch x heads past a grid limit of 65,535. Larger calls go through it in chunks.
+CUDA_SDPA_MAX_ROWS = 32768
+
+
+def sdpa_in_chunks(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float, max_rows: int) -> Tensor:
+    """`F.scaled_dot_product_attention` over slices of the batch with at most ``max_rows`` (batch x heads)
+    each, concatenated: the same values, for batches a fused kernel refuses."""
+    step = max(1, max_rows // q.shape[1])
+    per_row_mask = attn_mask is not None and attn_mask.dim() == 4 and attn_mask.shape[0] == q.shape[0] > 1
+    return torch.cat([F.scaled_dot_product_attention(q[i : i + step], k[i : i + step], v[i : i + step],
+                                                     attn_mask=attn_mask[i : i + step] if per_row_mask else attn_mask,
+                                                     dropout_p=dropout_p)
+                      for i in range(0, q.shape[0], step)])
 
 
 class SelfAttention(nn.Module):

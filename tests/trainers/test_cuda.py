@@ -29,6 +29,15 @@ def test_attention_on_the_gpu_is_the_written_out_maths():
     torch.testing.assert_close(attend(q, k, v, attn_mask=bias).double(), want, rtol=1e-3, atol=1e-4)
 
 
+def test_attention_past_the_fused_kernels_batch_limit_runs_and_keeps_the_maths():
+    """76,800 sequences of one head (an ensemble of 300 evaluating 256 puzzles at a time): one cuDNN call
+    failed on the H200; `attend` goes through the kernel in chunks."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(76_800, 1, 16, 32, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    want = attention_weights(q.float(), k.float()) @ v.float()
+    torch.testing.assert_close(attend(q, k, v).float(), want, rtol=2e-2, atol=2e-2)
+
+
 def test_tf32_changes_the_gpus_float32_products_only_inside_its_context():
     from trainers.evaluate import tf32_matmuls
 

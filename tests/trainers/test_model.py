@@ -263,3 +263,16 @@ def test_on_a_gpu_only_compiled_steps_with_few_keys_take_the_matmul_softmax_path
     assert uses_math_attention(q, k) is math_path
     # the CPU rule does not depend on compiling
     assert uses_math_attention(torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, keys, 8)) is (keys <= 32)
+
+
+@pytest.mark.parametrize("mask", ["none", "shared", "per-row"])
+def test_attention_in_batch_chunks_equals_one_call(mask):
+    """`sdpa_in_chunks` (batches past the GPU kernel's limit, e.g. an ensemble of 300 evaluated 256 puzzles
+    at a time) gives the one-call values, with a mask shared by all rows or one per row."""
+    from trainers.model import sdpa_in_chunks
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(7, 2, 16, 8, generator=g) for _ in range(3))
+    m = {"none": None, "shared": torch.randn(1, 1, 16, 16, generator=g), "per-row": torch.randn(7, 2, 16, 16, generator=g)}[mask]
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    torch.testing.assert_close(sdpa_in_chunks(q, k, v, m, 0.0, max_rows=4), want)  # 2 rows per chunk: 4 chunks
