@@ -57,16 +57,16 @@ from torch import Tensor
 from torch.func import functional_call, vmap
 
 from pe_probe.errors import InputError
-from trainers.checkpoint import make_payload, save_checkpoint
+from trainers.checkpoint import make_payload
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
 from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    CKPT_DIR, LAST, METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
+    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
     fused_adamw_supported, in_layout_of, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles,
-    seed_everything,
+    seed_everything, write_run_checkpoints,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -681,10 +681,9 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                 for name, p in m.model.named_parameters():
                     p.copy_(stack.params[name][k])
                 optimizer = opt.member_optimizer(m.model, m.cfg, k)
-                payload = make_payload(m.model, m.cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics[k], optimizer=optimizer)
+                payload = make_payload(m.model, m.cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics[k])
                 payload["elapsed_s"] = elapsed[k] + now
-                save_checkpoint(payload, m.out / CKPT_DIR / f"step-{step:08d}.pt")
-                save_checkpoint(payload, m.out / LAST)
+                write_run_checkpoints(m.out, payload, optimizer)
 
     epochs, bs = cfg0.optim.epochs, cfg0.optim.batch_size
     base.train()

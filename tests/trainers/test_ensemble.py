@@ -108,6 +108,8 @@ def test_ensemble_checkpoint_is_an_ordinary_checkpoint(tmp_path, capsys):
     ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
     assert ckpt["format"] == FORMAT and all(k in ckpt for k in CONTRACT_KEYS)
     assert ckpt["pe_params"] == ["blocks.0.pe.table", "blocks.1.pe.table"]
+    (step_path,) = (tmp_path / "a" / "checkpoints").glob("step-*.pt")  # as `train` writes them: no optimizer state
+    assert "optimizer" in ckpt and "optimizer" not in torch.load(step_path, weights_only=True)
     capsys.readouterr()
     assert main(["analyze", str(tmp_path / "a" / "last.pt")]) == 0
     assert "rsa" in capsys.readouterr().out.lower()

@@ -89,6 +89,11 @@ def test_checkpoints_follow_the_contract(tmp_path):
     steps_per_epoch = -(-len_train(cfg) // cfg.optim.batch_size)
     assert ckpt["epoch"] == 3 and ckpt["step"] == 3 * steps_per_epoch
     assert names[-1] == f"step-{ckpt['step']:08d}.pt"
+    # the step file holds last.pt's weights and metrics; only last.pt (what a resume reads) the optimizer state
+    step_file = torch.load(run / "checkpoints" / names[-1], weights_only=True)
+    assert "optimizer" in ckpt and "optimizer" not in step_file
+    assert all(torch.equal(step_file["model"][k], v) for k, v in ckpt["model"].items())
+    assert step_file["metrics"] == ckpt["metrics"] and step_file["step"] == ckpt["step"]
     assert ckpt["config"]["pe"]["init_std"] == cfg.pe.init_std
     assert ckpt["metrics"] == metrics
     for key in ("train_acc", "train_loss", "test_acc", "ood_acc", "ood_acc_binary", "ood_acc_ternary",
