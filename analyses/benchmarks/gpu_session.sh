@@ -3,7 +3,8 @@
 # 70 + 180 + 110 + 210 s):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
-#      train): wall vs GPU-busy time, kernels per step, top kernels;
+#      train): wall vs GPU-busy time, kernels per step, top kernels, and the top operators by input shape
+#      (which tensors the step's copies move: 14% of its GPU time in the second session);
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
 #      real trainer (bf16, compiled) for 5 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
@@ -31,12 +32,12 @@ mkdir -p "$OUT_DIR"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$DEVICE" = cpu ]; then
   BENCH=(--device cpu --d-models 16 --ks 2 --steps 2 --warmup 1 --rounds 1 --no-compile --no-bf16 --only single,ensemble-2)
-  PROFILE=(--device cpu --d-model 16 --k 2 --steps 2 --warmup 1 --configs single,ensemble)
+  PROFILE=(--device cpu --d-model 16 --k 2 --steps 2 --warmup 1 --configs single,ensemble --shapes)
   SWEEP=(--device cpu --d-model 8 --sigmas 0.1,2 --seeds 1 --epochs 3)
 else
   BENCH=(--device cuda --d-models 160 --ks 300 --compile-ks 300 --steps 30 --rounds 1 --no-tf32
          --only single,ensemble-300-bf16,ensemble-300-bf16-compile)
-  PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile)
+  PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile --shapes)
   SWEEP=(--device cuda --bf16 --compile --epochs 5)
 fi
 XDIST=()

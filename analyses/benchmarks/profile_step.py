@@ -75,7 +75,8 @@ def fresh_compile(on: bool, kernel_profile: bool):
     return inductor_config.patch({"cpp.enable_kernel_profile": kernel_profile, "fx_graph_cache": False})
 
 
-def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, warmup: int) -> tuple[dict, str]:
+def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, warmup: int,
+                shapes: bool = False) -> tuple[dict, str]:
     from torch.profiler import ProfilerActivity, profile
 
     per_kernel = device.type == "cpu" and "compile" in config
@@ -94,7 +95,7 @@ def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, w
             for i in range(warmup):
                 step(i)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=shapes) as prof:
         for i in range(warmup + steps, warmup + 2 * steps):
             step(i)
         sync(device)
@@ -107,12 +108,21 @@ def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, w
            "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else ""}
     sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=TOP, max_name_column_width=60)
+    if shapes:  # the same operators split by their inputs' shapes: which tensors the copies and products move
+        table += (f"\nBy input shapes (top {TOP}):\n"
+                  + prof.key_averages(group_by_input_shape=True).table(sort_by=sort, row_limit=TOP, max_name_column_width=40,
+                                                                      max_shapes_column_width=120))
     return row, table
+
+
+def stem(device: torch.device) -> str:
+    """The report's file name without extension: profile on the CPU, profile_cuda on a GPU."""
+    return "profile" if device.type == "cpu" else f"profile_{device.type}"
 
 
 def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv) -> str:
     lines = ["# Where a training step's time goes", "",
-             f"Written by `{command_line('profile_step.py', argv).strip()}` (raw numbers: `profile.csv`). "
+             f"Written by `{command_line('profile_step.py', argv).strip()}` (raw numbers: `{stem(device)}.csv`). "
              "`wall` is a timed step; `device busy` sums the device's kernels and copies in the profiled steps "
              "(the profiler adds a little host time, not device time); a busy fraction well below 1 means the "
              "step waits on kernel launches and host work, not on arithmetic. Compiled CPU steps are profiled "
@@ -157,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                         "eager steps too, not the fused kernel (`trainers.model.attend` takes that path on the CPU "
                         "and in compiled GPU steps with <= 32 keys): does it pay in eager GPU steps? (rows are "
                         "tagged '+math-attn')")
+    p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
+                   "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
     if args.math_attention:
         _force_math_attention()
@@ -179,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, tables = [], {}
     for config in configs:
         try:
-            row, table = profile_one(config, args.d_model, args.k, device, args.steps, args.warmup)
+            row, table = profile_one(config, args.d_model, args.k, device, args.steps, args.warmup, args.shapes)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # record and go on: the lease is short
             print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
             continue
@@ -189,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "
               f"kernels/step {row['kernels_per_step']}", flush=True)
-        stem = "profile" if device.type == "cpu" else f"profile_{device.type}"
-        write_results(args.out, stem, rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
+        write_results(args.out, stem(device), rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
     return 0 if rows else 1
 
 

@@ -194,7 +194,11 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     assert all(float(r["wall_ms_per_step"]) > 0 and float(r["puzzles_per_s"]) > 0 for r in rows.values())
     assert all(r["device_busy_fraction"] == "" for r in rows.values())  # the CPU has no device timeline
     text = (tmp_path / "profile.md").read_text()
-    assert "## single: top 15 operators" in text and "aten::" in text
+    assert "## single: top 15 operators" in text and "aten::" in text and "(raw numbers: `profile.csv`)" in text
+    assert "By input shapes" not in text
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--shapes", "--out", str(tmp_path / "shapes")]) == 0
+    shaped = (tmp_path / "shapes" / "profile.md").read_text()
+    assert "By input shapes" in shaped and "[2, 128, 16, 16]" in shaped  # (K, batch, tokens, d_model) activations
     with pytest.raises(SystemExit):
         profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
