@@ -29,7 +29,6 @@ def make_payload(
     step: int,
     epoch: int,
     metrics: dict[str, float],
-    optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, Any]:
     """Assemble the checkpoint dict. ``ground_truth`` has ``coords`` (N, k), ``kind`` and ``shape``."""
     payload: dict[str, Any] = {
@@ -46,8 +45,6 @@ def make_payload(
         "epoch": int(epoch),
         "metrics": {str(k): float(v) for k, v in metrics.items()},
     }
-    if optimizer is not None:
-        payload["optimizer"] = optimizer.state_dict()  # for exact resume; tensors and plain values
     return payload
 
 

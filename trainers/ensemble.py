@@ -57,7 +57,6 @@ from torch import Tensor
 from torch.func import functional_call, vmap
 
 from pe_probe.errors import InputError
-from trainers.checkpoint import make_payload
 from trainers.config import TrainConfig, validate
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
 from trainers.model import PETransformer, attend
@@ -66,7 +65,7 @@ from trainers.provenance import code_version, record_session
 from trainers.train import (
     METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
     fused_adamw_supported, in_layout_of, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles,
-    seed_everything, write_run_checkpoints,
+    save_run_checkpoint, seed_everything,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -680,10 +679,8 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
             for k, m in enumerate(members):
                 for name, p in m.model.named_parameters():
                     p.copy_(stack.params[name][k])
-                optimizer = opt.member_optimizer(m.model, m.cfg, k)
-                payload = make_payload(m.model, m.cfg.to_dict(), gt, step=step, epoch=epoch, metrics=metrics[k])
-                payload["elapsed_s"] = elapsed[k] + now
-                write_run_checkpoints(m.out, payload, optimizer)
+                save_run_checkpoint(m.out, m.model, opt.member_optimizer(m.model, m.cfg, k), m.cfg.to_dict(), gt,
+                                    step=step, epoch=epoch, metrics=metrics[k], elapsed_s=elapsed[k] + now)
 
     epochs, bs = cfg0.optim.epochs, cfg0.optim.batch_size
     base.train()

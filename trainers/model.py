@@ -105,7 +105,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dro
 
 # cuDNN's fused attention failed on an H200 (torch 2.11, "mha_graph.execute ... is_good()") for 300 x 256 =
 # 76,800 sequences of one head (an ensemble of 300 evaluated 256 puzzles at a time) and ran for 38,400 (the
-# training batch): batch x heads past a grid limit of 65,535. Larger calls go through it in chunks.
+# training batch). Where between the two the limit lies was not measured; calls of more rows (batch x
+# heads) than this go through the kernel in chunks of at most this many.
 CUDA_SDPA_MAX_ROWS = 32768
 
 

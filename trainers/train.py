@@ -311,18 +311,13 @@ def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer
 
 def save_run_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg_dict: dict,
                         gt: Any, *, step: int, epoch: int, metrics: dict[str, float], elapsed_s: float) -> None:
-    """Write checkpoints/step-XXXXXXXX.pt and last.pt (atomically) for the current state."""
+    """Write checkpoints/step-XXXXXXXX.pt with the weights and metrics (what the analyses read) and last.pt
+    with the optimizer state too (what a resume needs), each atomically. Why not the optimizer state in
+    every step file: Adam's two moments are twice the weights, so a paper run's 16 step files would hold
+    32 copies of its weights for nothing (the paper sweep: ~71 GiB of checkpoints instead of ~27 GiB)."""
     payload = make_payload(model, cfg_dict, gt, step=step, epoch=epoch, metrics=metrics)
     payload["elapsed_s"] = elapsed_s
-    write_run_checkpoints(out, payload, optimizer)
-
-
-def write_run_checkpoints(out: Path, payload: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
-    """checkpoints/step-XXXXXXXX.pt with the weights and metrics (what the analyses read) and last.pt with
-    the optimizer state too (what a resume needs). Why not the optimizer state in every step file: Adam's
-    two moments are twice the weights, so a paper run's 16 step files would hold 32 copies of its weights
-    for nothing (the paper sweep: ~71 GiB of checkpoints instead of ~27 GiB)."""
-    save_checkpoint(payload, out / CKPT_DIR / f"step-{payload['step']:08d}.pt")
+    save_checkpoint(payload, out / CKPT_DIR / f"step-{step:08d}.pt")
     save_checkpoint({**payload, "optimizer": optimizer.state_dict()}, out / LAST)
 
 
