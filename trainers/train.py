@@ -269,6 +269,9 @@ def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] 
             shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:3])
             raise InputError(f"{out} holds a run with a different config: {shown}; use another --out, or --force to restart")
     resume = load_checkpoint(out / LAST) if (out / LAST).exists() else None
+    if resume is not None and "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
+        raise InputError(f"{out / LAST} holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
+                         "run cannot resume exactly; use --force to restart it")
     if resume is None:
         _clear_run(out)  # leftovers of a run that never reached its first checkpoint
     _write_text_atomic(cfg_path, json.dumps(new, indent=2) + "\n")

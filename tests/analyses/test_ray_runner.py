@@ -203,30 +203,34 @@ def test_killed_worker_leaves_no_corrupt_checkpoint_and_run_completes(ray_instan
     assert_same_run(tmp_path / "reference", run)
 
 
-def test_staged_run_to_memory_url_resumes_from_uploaded_state(tmp_path):
-    """fsspec staging in-process (memory:// is per process, so no Ray here): train, upload, resume."""
+def test_staged_run_to_memory_url_resumes_from_uploaded_state(tmp_path, monkeypatch):
+    """fsspec staging in-process (memory:// is per process, so no Ray here): an attempt cut after its
+    first epoch uploads its progress; the next attempt resumes from it and finishes."""
+    import trainers.train
+
     fsspec = pytest.importorskip("fsspec")
     url = f"memory://pe-probe-test-{os.getpid()}/sweep/run"
     s = spec("mem", 0.1)
+    real_save = trainers.train.save_run_checkpoint
+
+    def save_then_cut(*args, **kwargs):  # the worker dies right after the epoch-1 checkpoint
+        real_save(*args, **kwargs)
+        raise RuntimeError("worker cut")
+
+    monkeypatch.setattr(trainers.train, "save_run_checkpoint", save_then_cut)
     out = rr.run_task(s.to_dict(), url, 1, 1, None)
-    assert out.ok, out.error
+    assert not out.ok and "worker cut" in out.error
     fs = fsspec.filesystem("memory")
     names = sorted(p.rsplit("/", 1)[-1] for p in fs.find(url))
     assert {"last.pt", "config.json", "metrics.jsonl", "spec.json", "train.log"} <= set(names)
     assert not [n for n in names if n.endswith(".uploading")]
-    assert rr.run_last_epoch(url) == 2 and run_is_finished(s, url)
-
-    # simulate a run cut after epoch 1: remotely, last.pt goes back to the epoch-1 checkpoint
-    ck = sorted(p for p in fs.find(url) if "/checkpoints/" in p)
-    assert len(ck) == 2
-    with fs.open(ck[0], "rb") as f:
-        first = f.read()
-    with fs.open(f"{url}/last.pt", "wb") as f:
-        f.write(first)
     assert rr.run_last_epoch(url) == 1 and not run_is_finished(s, url)
+
+    monkeypatch.setattr(trainers.train, "save_run_checkpoint", real_save)
     out2 = rr.run_task(s.to_dict(), url, 2, 1, None)
     assert out2.ok, out2.error
-    assert rr.run_last_epoch(url) == 2
+    assert rr.run_last_epoch(url) == 2 and run_is_finished(s, url)
+    assert len([p for p in fs.find(url) if "/checkpoints/" in p]) == 2
     with fs.open(f"{url}/train.log", "rb") as f:
         log = f.read().decode()
     assert "resuming from epoch 1" in log and "ray attempt 2" in log

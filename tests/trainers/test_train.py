@@ -216,3 +216,21 @@ def test_a_compiled_step_keeps_its_full_batch_graph_after_the_epochs_smaller_las
     for batch in (128, 36, 128, 36):
         step(torch.ones(3, batch))
     assert ran == [(0, True), (1, True), (0, True), (1, True)]  # each batch size its own static graph
+
+
+def test_a_step_checkpoint_copied_over_last_is_refused_with_a_one_line_error(tmp_path):
+    """Step files leave the optimizer state out, so one copied over last.pt (to roll a run back) cannot
+    resume exactly: an InputError (exit 2 on the command line), not a KeyError, and nothing is changed."""
+    import shutil
+
+    cfg = tiny_config(**{"optim.epochs": 2, "ckpt_every": 1})
+    run = tmp_path / "run"
+    train(cfg, run, log=quiet)
+    first = sorted((run / "checkpoints").glob("step-*.pt"))[0]
+    shutil.copy(first, run / "last.pt")
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match="holds no optimizer state.*--force"):
+        train(cfg, run, log=quiet)
+    assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    train(cfg, run, log=quiet, force=True)  # the way out the message names
+    assert load_checkpoint(run / "last.pt")["epoch"] == 2
