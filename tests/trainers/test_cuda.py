@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from test_ensemble import MEMBERS, assert_same_run, quiet, tiny
+from test_ensemble import MEMBERS, assert_same_run, grads_outside_param_layout, quiet, tiny
 
 from trainers.ensemble import train_ensemble
 from trainers.model import attend, attention_weights
@@ -168,3 +168,11 @@ def test_compiled_ensemble_on_the_gpu_trains_like_the_eager_one(tmp_path):
     train_ensemble(cfgs, [tmp_path / "compiled" / str(i) for i in range(2)], log=quiet, compile=True)
     for i in range(2):
         assert_same_run(tmp_path / "eager" / str(i), tmp_path / "compiled" / str(i))
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_group_gradients_arrive_in_the_parameters_layout_on_the_gpu(compile):
+    """The second lease's compiled K = 300 bf16 step spent 14% of its GPU time in about 20 elementwise
+    copies per step, as many as the stack's transposed weights (18): a gradient in another layout than its
+    parameter would be one such copy (`trainers.train.in_layout_of`). This says whether it is."""
+    assert grads_outside_param_layout("cuda", compile, bf16=True) == []

@@ -535,3 +535,33 @@ def test_resumed_optimizer_state_is_put_in_each_parameters_layout():
     opt.step()
     torch.testing.assert_close(resumed_step(True), m.weight.detach(), rtol=1e-6, atol=1e-7)
     assert not torch.allclose(resumed_step(False), m.weight.detach(), atol=1e-3)  # the silent error it prevents
+
+
+def grads_outside_param_layout(device: str, compile: bool, bf16: bool) -> list[str]:
+    """Parameters of a stacked group whose gradient (from the group's loss, compiled or not) comes back
+    in another memory layout than the parameter: each costs the fused AdamW a copy every step
+    (`trainers.train.in_layout_of`). The linear weights are stored transposed (`Stack.of`) for this."""
+    from pe_probe.groundtruth import grid
+    from trainers.ensemble import Stack, group_loss, template_model
+    from trainers.evaluate import bf16_autocast
+    from trainers.model import PETransformer
+    from trainers.train import compiled_step
+
+    cfgs = [tiny(seed=s, device=device) for s in range(3)]
+    coords = torch.as_tensor(grid(4, 4).coords)
+    models = [PETransformer(c.model, c.pe, coords).to(device) for c in cfgs]
+    stack, base = Stack.of(models), template_model(models[0])
+    torch._dynamo.reset()
+    fn, _ = compiled_step(group_loss(base, stack.buffers, bf16_autocast(torch.device(device), bf16)), torch.device(device), compile)
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.one_hot(torch.randint(0, 6, (3, 32, 16), generator=g), 6)[..., 1:].float().to(device)
+    y = torch.randint(0, 4, (3, 32), generator=g).to(device)
+    grads = torch.autograd.grad(fn(stack.params, x, y).sum(), list(stack.params.values()))
+    assert any(not p.is_contiguous() for p in stack.params.values())  # the transposed storage is there to test
+    return [n for (n, p), gr in zip(stack.params.items(), grads) if p.stride() != gr.stride()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_group_gradients_arrive_in_the_parameters_layout(compile):
+    assert grads_outside_param_layout("cpu", compile, bf16=False) == []
