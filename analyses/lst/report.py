@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
+from pe_probe.report.style import OKABE_ITO
 from trainers.provenance import describe_versions
 
 # The study's reported numbers (DESIGN.md section 6; OOD accuracy on the 108 held-out puzzles, 15 seeds)
@@ -176,7 +177,7 @@ def _plt():
     return plt
 
 
-OKABE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+OKABE = tuple(OKABE_ITO[i] for i in (4, 0, 2, 5, 6, 1, 3, 7))  # the palette, blue first, as the figures use it
 
 
 def _save(fig, df: pd.DataFrame, out: Path, name: str) -> str:

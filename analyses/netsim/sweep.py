@@ -18,6 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from pe_probe.report.style import OKABE_ITO
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -130,7 +132,7 @@ def analyse_run(ckpt: Path, n_perm: int = N_PERM, layer: int = 0) -> tuple[dict[
     return out, r
 
 
-COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]  # colour-blind safe (Okabe-Ito)
+COLOURS = [OKABE_ITO[i] for i in (4, 5, 2, 6, 0, 1)]  # colour-blind safe (Okabe-Ito), blue first
 LINE_STYLES = ["--", ":", "-."]
 RUN_KEYS = ("label", "pe", "sigma", "seed")  # the columns that name a run's condition in a layer row
 
