@@ -21,7 +21,7 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep, check_trained,
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
                                    deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
                                    markdown_table, n_clipped, resolve_scale, run_sweep, same_direction, sigma_figure,
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     add_scale_arguments(p, SCALES, "pilot (quick preset, default) or standard (d_model 72, 100 epochs)", "brain")
     args = p.parse_args(argv)
     scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
+    conds = conditions(SIGMAS, FIXED)
+    check_trained(p, args, "brain", runs, conds, list(scale.seeds), scale.preset)
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
@@ -108,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "ground_truths.json", {"train_subjects": train_ids, "test_subjects": test_ids,
                                             "fc_vs_distance": rel, "mapping_evidence": evidence})
 
-    conds = conditions(SIGMAS, FIXED)
     print(f"brain sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
     df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria, check_trained,
                                    claim_levels, conditions, deterministic_labels, layer_levels, layer_section,
                                    level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, sigma_figure,
                                    summarise, t_value, write_json, write_layers)
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                         "8,000 windows, 4 seeds)", "netsim")
     args = p.parse_args(argv)
     scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
+    conds = conditions(SIGMAS, FIXED)
+    check_trained(p, args, "netsim", runs, conds, list(scale.seeds), scale.preset)
     (out / "figures").mkdir(parents=True, exist_ok=True)
 
     from trainers.config import make_masked_config
@@ -150,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "linear_baseline.json", base)
 
     # 2. sweep
-    conds = conditions(SIGMAS, FIXED)
     print(f"netsim sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
     df = pd.DataFrame(run_sweep("netsim", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
 

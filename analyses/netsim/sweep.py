@@ -35,11 +35,14 @@ class Scale:
 
 
 def add_scale_arguments(p: Any, scales: dict[str, Scale], scale_help: str, task: str) -> None:
-    """The options every report with scales takes: --scale, --workers, --runs, --out."""
+    """The options every report with scales takes: --scale, --workers, --runs, --out, --no-train."""
     p.add_argument("--scale", default="pilot", choices=list(scales), help=scale_help)
     p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
-    p.add_argument("--runs", default=None, help=f"run folders (resumed; default runs/report-{task}[-standard])")
+    p.add_argument("--runs", default=None, help=f"run folders (missing or unfinished runs are trained; default "
+                   f"runs/report-{task}[-standard])")
     p.add_argument("--out", default=None, help=f"report folder (default reports/{task}[-standard])")
+    p.add_argument("--no-train", action="store_true", help="only rebuild the report from finished runs: refuse, "
+                   "before writing anything, if any run of the sweep is missing or unfinished in --runs")
 
 
 def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> tuple[Scale, Path, Path]:
@@ -51,6 +54,48 @@ def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> tu
     runs = Path(args.runs) if args.runs else root / "runs" / scale.runs
     out = Path(args.out) if args.out else root / "reports" / scale.out
     return scale, runs, out
+
+
+def check_trained(p: Any, args: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int],
+                  preset: str) -> None:
+    """With --no-train, a usage error of ``p`` (one line, exit 2) when a run of the sweep is not finished."""
+    if not args.no_train:
+        return
+    missing = untrained_runs(task, runs, conds, seeds, preset)
+    if missing:
+        p.error(f"--no-train: {len(missing)} of {len(conds) * len(seeds)} runs are missing or unfinished in {runs} "
+                f"(first: {missing[0].name}); run without --no-train to train them, or pass the --runs that holds them")
+
+
+def untrained_runs(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> list[Path]:
+    """The sweep's run folders without a finished last.pt (one at the epoch its config trains to)."""
+    from pe_probe.errors import InputError
+    from trainers.checkpoint import load_checkpoint
+    from trainers.config import make_masked_config
+
+    missing = []
+    for _, _, ov, out in sweep_jobs(runs_dir, conds, seeds):
+        try:
+            last = out / "last.pt"
+            done = last.is_file() and load_checkpoint(last)["epoch"] >= make_masked_config(task, preset, ov).optim.epochs
+        except InputError:  # a corrupt or foreign last.pt: not a finished run
+            done = False
+        if not done:
+            missing.append(out)
+    return missing
+
+
+def sweep_jobs(runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int],
+               overrides: dict[str, Any] | None = None) -> list[tuple[dict[str, Any], int, dict[str, Any], Path]]:
+    """(condition, seed, config overrides, run folder) of every run of a sweep, in (condition, seed) order."""
+    jobs = []
+    for c in conds:
+        for seed in seeds:
+            ov = {"seed": seed, "pe.kind": c["pe"], **(overrides or {})}
+            if c["pe"] == "learned":
+                ov["pe.init_std"] = c["sigma"]
+            jobs.append((c, seed, ov, runs_dir / run_name(c, seed)))
+    return jobs
 
 
 def conditions(sigmas: list[float], fixed: list[str]) -> list[dict[str, Any]]:
@@ -82,13 +127,7 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
     """Train (or resume / skip) each run with the task's ``preset``, one torch thread per run, ``workers``
     runs at a time (separate processes; every run is seeded, so the results do not depend on ``workers``).
     Returns one record per run, in (condition, seed) order."""
-    jobs = []
-    for c in conds:
-        for seed in seeds:
-            ov = {"seed": seed, "pe.kind": c["pe"], **(overrides or {})}
-            if c["pe"] == "learned":
-                ov["pe.init_std"] = c["sigma"]
-            jobs.append((c, seed, ov, runs_dir / run_name(c, seed)))
+    jobs = sweep_jobs(runs_dir, conds, seeds, overrides)
     t0 = time.time()
     results: dict[int, dict[str, Any]] = {}
 

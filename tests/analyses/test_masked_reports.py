@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -232,6 +233,43 @@ def test_report_scales_name_real_presets_and_bad_options_are_one_line_errors(mod
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("module", ["analyses.netsim.report", "analyses.brain.report"])
+def test_no_train_refuses_missing_runs_before_writing_anything(module, tmp_path, capsys):
+    import importlib
+
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--no-train", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "report")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "--no-train:" in err and "missing or unfinished" in err
+    assert not (tmp_path / "report").exists() and not (tmp_path / "runs").exists()
+
+
+def test_untrained_runs_are_the_missing_unfinished_and_unreadable_ones(tmp_path, monkeypatch):
+    import trainers.checkpoint
+    from analyses.netsim.sweep import conditions, untrained_runs
+    from pe_probe.errors import InputError
+    from trainers.config import make_masked_config
+
+    epochs = make_masked_config("netsim", "quick").optim.epochs
+    conds = conditions([0.1], ["sin2d"])
+    state = {"learned-s0.1-seed0": epochs, "learned-s0.1-seed1": epochs - 1, "sin2d-seed0": "corrupt"}
+    for name in state:  # sin2d-seed1 has no folder at all
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "last.pt").write_bytes(b"")
+
+    def fake_load(path, *a, **k):
+        value = state[Path(path).parent.name]
+        if value == "corrupt":
+            raise InputError("not a checkpoint")
+        return {"epoch": value}
+
+    monkeypatch.setattr(trainers.checkpoint, "load_checkpoint", fake_load)
+    missing = untrained_runs("netsim", tmp_path, conds, [0, 1], "quick")
+    assert [m.name for m in missing] == ["learned-s0.1-seed1", "sin2d-seed0", "sin2d-seed1"]
 
 
 # ---- every layer's table ---------------------------------------------------------------------------
