@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9.5 minutes of work:
-# 70 + 180 + 110 + 210 s):
+# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9.6 minutes of work:
+# 70 + 70 + 150 + 100 + 185 s):
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
 #      train): wall vs GPU-busy time, kernels per step, top kernels, and the top operators by input shape
-#      (which tensors the step's copies move: 14% of its GPU time in the second session);
+#      (which tensors the step's copies move: 14% of its GPU time in the second session); then the same
+#      with --contiguous-weights (contiguous/profile_cuda.md: the stack's weights in plain order) to see
+#      whether the copies follow the weights' memory order;
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
-#      real trainer (bf16, compiled) for 5 epochs: setup, compilation, training, evaluation and checkpoint
+#      real trainer (bf16, compiled) for 4 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
 #   4. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
 #      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios
@@ -38,14 +40,14 @@ else
   BENCH=(--device cuda --d-models 160 --ks 300 --compile-ks 300 --steps 30 --rounds 1 --no-tf32
          --only single,ensemble-300-bf16,ensemble-300-bf16-compile)
   PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile --shapes)
-  SWEEP=(--device cuda --bf16 --compile --epochs 5)
+  SWEEP=(--device cuda --bf16 --compile --epochs 4)
 fi
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && [ "$DEVICE" != cpu ] && XDIST=(-n 4)
 pack() {  # after every step: one archive (the device tool returns at most 8 files)
   tar czf "$OUT_DIR/gpu_session.tgz" -C "$FILES" . 2>/dev/null
   { cat "$FILES/machine.txt"; echo; grep -h -E "passed|failed|error" "$FILES/cuda_tests.log" 2>/dev/null | tail -3
-    for f in "$FILES"/train*.md "$FILES"/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
+    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/contiguous/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
     for f in "$FILES"/sweep*.md; do [ -f "$f" ] && { echo; sed -n '/^| part/,/^$/p' "$f"; }; done
   } > "$OUT_DIR/summary.txt"
 }
@@ -56,14 +58,16 @@ pack
 timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
 profile=$?
 pack
-timeout 180 "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
+timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --contiguous-weights --out "$FILES/contiguous" 2>&1 | tee "$FILES/profile_contiguous.log"
+pack
+timeout 150 "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
 sweep=$?
 pack
-timeout 110 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
+timeout 100 "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
 bench=$?
 pack
 # -v: one line per test as it ends, so a run cut off by the timeout still says which passed
-timeout 210 "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
+timeout 185 "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
 tests=$?
 echo "profile exit $profile, sweep exit $sweep, benchmark exit $bench, cuda tests exit $tests" | tee -a "$FILES/machine.txt"
 pack

@@ -150,6 +150,14 @@ def _force_math_attention() -> None:
     trainers.ensemble.attend = trainers.model.matmul_attention
 
 
+def _contiguous_weights() -> None:
+    """Stack the ensemble's linear weights in their plain (K, out, in) memory order instead of transposed
+    (an experiment flag): which order does the compiled GPU step's backward return their gradients in?"""
+    import trainers.ensemble
+
+    trainers.ensemble.linear_weight_names = lambda model: set()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -167,11 +175,17 @@ def main(argv: list[str] | None = None) -> int:
                         "eager steps too, not the fused kernel (`trainers.model.attend` takes that path on the CPU "
                         "and in compiled GPU steps with <= 32 keys): does it pay in eager GPU steps? (rows are "
                         "tagged '+math-attn')")
+    p.add_argument("--contiguous-weights", action="store_true",
+                   help="experiment: the ensemble's stacked linear weights in plain (K, out, in) memory order, not "
+                        "the transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
+                        "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
     if args.math_attention:
         _force_math_attention()
+    if args.contiguous_weights:
+        _contiguous_weights()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -197,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if args.math_attention:
             row["config"] += "+math-attn"
+        if args.contiguous_weights:
+            row["config"] += "+contiguous-w"
         rows.append(row)
         tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "

@@ -183,7 +183,7 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
 
 
-def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path):
+def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path, monkeypatch):
     import profile_step
 
     argv = ["--d-model", "16", "--k", "2", "--steps", "2", "--warmup", "1", "--configs", "single,ensemble",
@@ -196,9 +196,16 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     text = (tmp_path / "profile.md").read_text()
     assert "## single: top 15 operators" in text and "aten::" in text and "(raw numbers: `profile.csv`)" in text
     assert "By input shapes" not in text
-    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--shapes", "--out", str(tmp_path / "shapes")]) == 0
+    import trainers.ensemble
+
+    # --contiguous-weights: an experiment on the stack's weight layout (patched for this process; restored after)
+    monkeypatch.setattr(trainers.ensemble, "linear_weight_names", trainers.ensemble.linear_weight_names)
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--shapes", "--contiguous-weights",
+                                          "--out", str(tmp_path / "shapes")]) == 0
+    assert trainers.ensemble.linear_weight_names(None) == set()
     shaped = (tmp_path / "shapes" / "profile.md").read_text()
     assert "By input shapes" in shaped and "[2, 128, 16, 16]" in shaped  # (K, batch, tokens, d_model) activations
+    assert "| ensemble+contiguous-w | 16 | 2 |" in shaped
     with pytest.raises(SystemExit):
         profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
