@@ -21,8 +21,8 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep, check_trained,
-                                   at_chance_criteria, chance_summary, claim_levels, compare, conditions,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep,
+                                   at_chance_criteria, check_trained, chance_summary, claim_levels, compare, conditions,
                                    deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
                                    markdown_table, n_clipped, resolve_scale, run_sweep, same_direction, sigma_figure,
                                    summarise, t_value, table_provenance, verdict_level, write_json, write_layers)

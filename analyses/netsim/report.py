@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria, check_trained,
-                                   claim_levels, conditions, deterministic_labels, layer_levels, layer_section,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria,
+                                   check_trained, claim_levels, conditions, deterministic_labels, layer_levels, layer_section,
                                    level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, sigma_figure,
                                    summarise, t_value, write_json, write_layers)
 
