@@ -32,6 +32,11 @@ def write_results(out_dir: str | Path, stem: str, rows: Sequence[dict], markdown
     return md
 
 
+def device_suffix(device) -> str:
+    """What a report's file name gets on an accelerator: "" on the CPU (train.md), "_cuda" on a GPU (train_cuda.md)."""
+    return "" if device.type == "cpu" else f"_{device.type}"
+
+
 def machine(device) -> str:
     """CPU model, core count, torch version and threads (and the GPU on CUDA): the report's machine line."""
     import torch

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, load, machine, timed, write_results  # noqa: E402
+from bench_io import command_line, device_suffix, load, machine, timed, write_results  # noqa: E402
 
 TASK_SHAPES = {"netsim": (64, 2), "brain": (80, 3)}  # tokens, coordinate dimensions (the window is the config's)
 N_DATA = 4096  # random windows to draw batches from
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(md)
     else:
-        print(f"wrote {write_results(args.out, 'masked' if device.type == 'cpu' else 'masked_cuda', rows, md)}")
+        print(f"wrote {write_results(args.out, 'masked' + device_suffix(device), rows, md)}")
     return 0
 
 

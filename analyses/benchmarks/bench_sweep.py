@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, load, machine, sync, write_results  # noqa: E402
+from pe_probe.errors import InputError  # noqa: E402
+from bench_io import command_line, device_suffix, load, machine, sync, write_results  # noqa: E402
 
 EPOCH_LINE = re.compile(r"epoch (\d+)/\d+ step")  # the trainer's line after each evaluation
 
@@ -152,7 +153,7 @@ def report(m: dict, proj: dict, cfgs: list, args: argparse.Namespace, argv, load
     rows = [{"epoch": i + 1, "train_s": round(t, 3), "eval_s": round(v, 3)} for i, (t, v) in enumerate(zip(m["train_s"], m["eval_s"]))]
     lines = [
         "# The paper sweep end to end: one batched group through the real trainer", "",
-        f"Written by `{command_line('bench_sweep.py', argv).strip()}` (per-epoch numbers: `sweep{suffix(device)}.csv`).",
+        f"Written by `{command_line('bench_sweep.py', argv).strip()}` (per-epoch numbers: `sweep{device_suffix(device)}.csv`).",
         "", f"Device: {device.type}; machine: {machine(device)}. Load average (1 min): {loads[0]:.2f} before, "
         f"{loads[1]:.2f} after.", "",
         f"Group: {k} runs (learned PE, sigmas {', '.join(f'{s:g}' for s in args.sigmas)} x {args.seeds} seeds), "
@@ -180,10 +181,6 @@ def report(m: dict, proj: dict, cfgs: list, args: argparse.Namespace, argv, load
     return "\n".join(lines), rows
 
 
-def suffix(device: torch.device) -> str:
-    return "" if device.type == "cpu" else f"_{device.type}"
-
-
 def main(argv: list[str] | None = None) -> int:
     from analyses.lst.grid import SIGMAS_FULL
 
@@ -202,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.epochs < 3:
         p.error("--epochs must be >= 3 (the first epoch compiles; the medians need two more)")
+    if args.seeds < 1:
+        p.error(f"--seeds must be >= 1, got {args.seeds}")
     try:
         args.sigmas = list(SIGMAS_FULL) if args.sigmas == "full" else [float(s) for s in args.sigmas.split(",")]
     except ValueError:
@@ -215,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     loads = [load()]
     try:
         m = run_group(cfgs, runs, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
+    except InputError as e:  # e.g. --cuda-graphs off a GPU: the trainer's one-line reason
+        p.error(str(e))
     finally:
         if not args.runs:
             shutil.rmtree(runs, ignore_errors=True)
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     text, rows = report(m, proj, cfgs, args, argv, tuple(loads))
     print(text)
     if not args.no_write:
-        write_results(args.out, f"sweep{suffix(torch.device(args.device))}", rows, text)
+        write_results(args.out, f"sweep{device_suffix(torch.device(args.device))}", rows, text)
     return 0
 
 

@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this script
 
 import torch  # noqa: E402
-from bench_io import command_line, load, machine, sync, timed, write_results  # noqa: E402
+from bench_io import command_line, device_suffix, load, machine, sync, timed, write_results  # noqa: E402
 from side_by_side import side_by_side  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -511,7 +511,7 @@ def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> 
     text = report(rows, device, loads, args, bounds)
     if final:
         print(text)
-    suffix = "" if device.type == "cpu" else f"_{device.type}"
+    suffix = device_suffix(device)
     cmd = command_line("bench_train.py", argv)
     header = ["# Training throughput: naive loop vs our trainer vs the batched ensemble", "",
               f"Written by `{cmd.strip()}` (raw numbers: `train{suffix}.csv`). Each configuration runs a fixed "

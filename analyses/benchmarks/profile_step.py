@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
-from bench_io import command_line, machine, sync, timed, write_results  # noqa: E402
+from bench_io import command_line, device_suffix, machine, sync, timed, write_results  # noqa: E402
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
 OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
@@ -117,7 +117,7 @@ def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, w
 
 def stem(device: torch.device) -> str:
     """The report's file name without extension: profile on the CPU, profile_cuda on a GPU."""
-    return "profile" if device.type == "cpu" else f"profile_{device.type}"
+    return "profile" + device_suffix(device)
 
 
 def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv) -> str:

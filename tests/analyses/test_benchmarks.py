@@ -333,7 +333,8 @@ def test_bench_sweep_refuses_a_used_runs_folder_and_too_few_epochs(tmp_path, cap
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "x").write_text("")
     for argv, message in ((["--runs", str(tmp_path / "old")], "is not empty"), (["--epochs", "2"], "must be >= 3"),
-                          (["--sigmas", "a,b"], "comma list of numbers")):
+                          (["--sigmas", "a,b"], "comma list of numbers"), (["--seeds", "0"], "--seeds must be >= 1"),
+                          (["--cuda-graphs", "--d-model", "8", "--seeds", "1", "--sigmas", "0.1"], "cuda")):
         with pytest.raises(SystemExit) as e:
             bench_sweep.main(argv + ["--no-write"])
         assert e.value.code == 2 and message in capsys.readouterr().err
