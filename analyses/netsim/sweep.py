@@ -68,19 +68,15 @@ def check_trained(p: Any, args: Any, task: str, runs: Path, conds: list[dict[str
 
 
 def untrained_runs(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> list[Path]:
-    """The sweep's run folders without a finished last.pt (one at the epoch its config trains to)."""
-    from pe_probe.errors import InputError
-    from trainers.checkpoint import load_checkpoint
+    """The sweep's run folders without a finished last.pt (one at the epoch its config trains to; a missing,
+    torn or foreign last.pt is not finished: `analyses.lst.runner.last_epoch`)."""
+    from analyses.lst.runner import last_epoch
     from trainers.config import make_masked_config
 
     missing = []
     for _, _, ov, out in sweep_jobs(runs_dir, conds, seeds):
-        try:
-            last = out / "last.pt"
-            done = last.is_file() and load_checkpoint(last)["epoch"] >= make_masked_config(task, preset, ov).optim.epochs
-        except InputError:  # a corrupt or foreign last.pt: not a finished run
-            done = False
-        if not done:
+        epoch = last_epoch(out)
+        if epoch is None or epoch < make_masked_config(task, preset, ov).optim.epochs:
             missing.append(out)
     return missing
 

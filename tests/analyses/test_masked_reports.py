@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -248,26 +247,21 @@ def test_no_train_refuses_missing_runs_before_writing_anything(module, tmp_path,
     assert not (tmp_path / "report").exists() and not (tmp_path / "runs").exists()
 
 
-def test_untrained_runs_are_the_missing_unfinished_and_unreadable_ones(tmp_path, monkeypatch):
-    import trainers.checkpoint
+def test_untrained_runs_are_the_missing_unfinished_and_unreadable_ones(tmp_path):
+    import torch
+
     from analyses.netsim.sweep import conditions, untrained_runs
-    from pe_probe.errors import InputError
     from trainers.config import make_masked_config
 
     epochs = make_masked_config("netsim", "quick").optim.epochs
     conds = conditions([0.1], ["sin2d"])
     state = {"learned-s0.1-seed0": epochs, "learned-s0.1-seed1": epochs - 1, "sin2d-seed0": "corrupt"}
-    for name in state:  # sin2d-seed1 has no folder at all
+    for name, epoch in state.items():  # sin2d-seed1 has no folder at all
         (tmp_path / name).mkdir()
-        (tmp_path / name / "last.pt").write_bytes(b"")
-
-    def fake_load(path, *a, **k):
-        value = state[Path(path).parent.name]
-        if value == "corrupt":
-            raise InputError("not a checkpoint")
-        return {"epoch": value}
-
-    monkeypatch.setattr(trainers.checkpoint, "load_checkpoint", fake_load)
+        if epoch == "corrupt":
+            (tmp_path / name / "last.pt").write_bytes(b"not a checkpoint")
+        else:
+            torch.save({"epoch": epoch}, tmp_path / name / "last.pt")
     missing = untrained_runs("netsim", tmp_path, conds, [0, 1], "quick")
     assert [m.name for m in missing] == ["learned-s0.1-seed1", "sin2d-seed0", "sin2d-seed1"]
 
