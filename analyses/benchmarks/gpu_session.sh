@@ -4,9 +4,10 @@
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
 #      train): wall vs GPU-busy time, kernels per step, top kernels, and the top operators by input shape
-#      (which tensors the step's copies move: 14% of its GPU time in the second session); then the same
-#      with --contiguous-weights (contiguous/profile_cuda.md: the stack's weights in plain order) to see
-#      whether the copies follow the weights' memory order;
+#      (which tensors the step's copies move: 14% of its GPU time in the second session, 19-20 strided bf16
+#      copies per step, one per baddbmm: the broadcast bias filling each product's output); then the same
+#      with --bias-in-product (baddbmm/profile_cuda.md: the linear layers as baddbmm again, as in the first
+#      two sessions): the A/B of `trainers.ensemble._linear`'s product-then-add, measured in one lease;
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
 #      real trainer (bf16, compiled) for 4 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
@@ -47,7 +48,7 @@ XDIST=()
 pack() {  # after every step: one archive (the device tool returns at most 8 files)
   tar czf "$OUT_DIR/gpu_session.tgz" -C "$FILES" . 2>/dev/null
   { cat "$FILES/machine.txt"; echo; grep -h -E "passed|failed|error" "$FILES/cuda_tests.log" 2>/dev/null | tail -3
-    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/contiguous/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
+    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/baddbmm/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
     for f in "$FILES"/sweep*.md; do [ -f "$f" ] && { echo; sed -n '/^| part/,/^$/p' "$f"; }; done
   } > "$OUT_DIR/summary.txt"
 }
@@ -58,7 +59,7 @@ pack
 timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
 profile=$?
 pack
-timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --contiguous-weights --out "$FILES/contiguous" 2>&1 | tee "$FILES/profile_contiguous.log"
+timeout 70 "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bias-in-product --out "$FILES/baddbmm" 2>&1 | tee "$FILES/profile_baddbmm.log"
 pack
 timeout 150 "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
 sweep=$?

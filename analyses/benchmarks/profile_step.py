@@ -158,6 +158,19 @@ def _contiguous_weights() -> None:
     trainers.ensemble.linear_weight_names = lambda model: set()
 
 
+def _bias_in_product() -> None:
+    """The ensemble's linear layers as ``baddbmm(bias, x, w)`` (an experiment flag: the form
+    `trainers.ensemble._linear` had until the third GPU session, whose bias fill the GPU profile showed as
+    strided copies)."""
+    import trainers.ensemble
+
+    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        K, *mid, n_in = x.shape
+        return torch.baddbmm(b.unsqueeze(1), x.reshape(K, -1, n_in), w.transpose(1, 2)).view(K, *mid, w.shape[1])
+
+    trainers.ensemble._linear = linear
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -179,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="experiment: the ensemble's stacked linear weights in plain (K, out, in) memory order, not "
                         "the transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
                         "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')")
+    p.add_argument("--bias-in-product", action="store_true",
+                   help="experiment: the ensemble's linear layers as baddbmm(bias, x, w), which fills each output "
+                        "with the broadcast bias before the product, instead of a product and a separate add "
+                        "(rows tagged '+baddbmm'; run with and without it to compare)")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
@@ -186,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         _force_math_attention()
     if args.contiguous_weights:
         _contiguous_weights()
+    if args.bias_in_product:
+        _bias_in_product()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -213,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             row["config"] += "+math-attn"
         if args.contiguous_weights:
             row["config"] += "+contiguous-w"
+        if args.bias_in_product:
+            row["config"] += "+baddbmm"
         rows.append(row)
         tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "

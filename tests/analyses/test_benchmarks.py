@@ -206,6 +206,13 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     shaped = (tmp_path / "shapes" / "profile.md").read_text()
     assert "By input shapes" in shaped and "[2, 128, 16, 16]" in shaped  # (K, batch, tokens, d_model) activations
     assert "| ensemble+contiguous-w | 16 | 2 |" in shaped
+    # --bias-in-product: the linear layers as baddbmm (patched for this process; restored after)
+    monkeypatch.setattr(trainers.ensemble, "_linear", trainers.ensemble._linear)
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--shapes", "--bias-in-product",
+                                          "--out", str(tmp_path / "baddbmm")]) == 0
+    badd = (tmp_path / "baddbmm" / "profile.md").read_text()
+    assert "aten::baddbmm" in badd and "| ensemble+baddbmm | 16 | 2 |" in badd
+    assert "aten::baddbmm" not in shaped and "| ensemble+contiguous-w+baddbmm |" not in shaped
     with pytest.raises(SystemExit):
         profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()

@@ -494,6 +494,49 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     assert state and all(v.is_contiguous() for st in state.values() for v in st.values())
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_a_group_step_fills_no_output_with_a_broadcast_bias(bf16):
+    """No operator of a group's forward and backward copies a broadcast (zero-stride) tensor into a full
+    one: what ``baddbmm(bias, ...)`` does before each product (on the H200 that was 19 strided bf16
+    copies per K = 300 step, ~14% of its GPU time, profile_cuda_s2.md). The products stay (one bmm per
+    linear layer and direction)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainers.ensemble import Stack, group_loss, template_model
+    from trainers.evaluate import bf16_autocast
+    from trainers.model import PETransformer
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.broadcast_fills, self.products = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            self.products += name in ("bmm", "baddbmm")
+            if name == "copy_" and 0 in args[1].stride() and args[0].numel() > 1:
+                self.broadcast_fills.append(tuple(args[0].shape))
+            if name == "baddbmm" and 0 in args[0].expand_as(args[1] @ args[2]).stride():
+                self.broadcast_fills.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    cfgs = [tiny(seed=s) for s in (0, 1)]
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        models.append(PETransformer(c.model, c.pe, torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)))
+    stack = Stack.of(models)
+    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16)), 5).float()
+    y = torch.randint(0, 4, (2, 8))
+    autocast = bf16_autocast(torch.device("cpu"), True) if bf16 else None
+    loss_fn = group_loss(template_model(models[0]), stack.buffers, autocast)
+    with Calls() as calls:
+        losses = loss_fn(stack.params, x, y)
+        torch.autograd.grad(losses.sum(), list(stack.params.values()))
+    assert calls.broadcast_fills == []
+    assert calls.products > 3 * len(models[0].blocks)
+
+
 def test_resumed_optimizer_state_is_put_in_each_parameters_layout():
     """A checkpoint's optimizer state in another memory layout than its parameter (what the ensemble wrote
     before its state was made contiguous) resumes correctly: torch's fused CPU AdamW would silently mix up
