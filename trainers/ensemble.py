@@ -167,17 +167,26 @@ def ensemble_forward(base: PETransformer, stack: Stack, x: Tensor, shared_input:
     return vmap(one, in_dims=(0, 0, None if shared_input else 0), randomness="different")(stack.params, stack.buffers, x)
 
 
-def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    """x (K, ..., in), w (K, out, in), b (K, out) -> (K, ..., out): one batched matmul, then the bias.
+# Devices whose batched linear layers add the bias inside the product, ``baddbmm(bias, x, w)``. On the CPU
+# its kernel does so in the product's own pass (a separate add timed no faster there, eager or compiled).
+# On a GPU, baddbmm first fills its whole output with the broadcast bias by a strided copy kernel (19 such
+# bf16 copies per K = 300 step, ~6 ms of the compiled step's 42 ms: reports/benchmarks/gpu_session.md),
+# then multiplies with beta = 1, reading it back; there the product comes alone and the bias is added
+# after it, which torch.compile folds into the next elementwise kernel.
+BIAS_IN_PRODUCT_DEVICES = frozenset({"cpu"})
 
-    Not ``baddbmm(bias, x, w)``: on a GPU that first fills its whole output with the broadcast bias by a
-    strided copy kernel (19 such bf16 copies per step, ~6 ms of the K = 300 compiled step's 42 ms in
-    reports/benchmarks/profile_cuda_s2.md), then multiplies with beta = 1, reading it back. A separate add
-    (in the product's dtype, bf16 under autocast, as baddbmm's output) is folded by torch.compile into the
-    next elementwise kernel; on the CPU the two forms time the same (within 5%, both ways)."""
+
+def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """x (K, ..., in), w (K, out, in), b (K, out) -> (K, ..., out): one batched matmul and the bias
+    (inside the product on `BIAS_IN_PRODUCT_DEVICES`, else added in the product's dtype, bf16 under
+    autocast as baddbmm's output)."""
     K, *mid, n_in = x.shape
-    y = torch.bmm(x.reshape(K, -1, n_in), w.transpose(1, 2))  # (K, M, out)
-    y = y + b.unsqueeze(1).to(y.dtype)
+    x2, wt = x.reshape(K, -1, n_in), w.transpose(1, 2)
+    if x.device.type in BIAS_IN_PRODUCT_DEVICES:
+        y = torch.baddbmm(b.unsqueeze(1), x2, wt)  # (K, M, out)
+    else:
+        y = torch.bmm(x2, wt)
+        y = y + b.unsqueeze(1).to(y.dtype)
     return y.view(K, *mid, w.shape[1])
 
 

@@ -159,16 +159,12 @@ def _contiguous_weights() -> None:
 
 
 def _bias_in_product() -> None:
-    """The ensemble's linear layers as ``baddbmm(bias, x, w)`` (an experiment flag: the form
-    `trainers.ensemble._linear` had until the third GPU session, whose bias fill the GPU profile showed as
-    strided copies)."""
+    """The ensemble's linear layers as ``baddbmm(bias, x, w)`` on every device (an experiment flag; the CPU
+    uses it anyway): the GPU's form until the third session, whose bias fill its profiles show as strided
+    copies (`trainers.ensemble.BIAS_IN_PRODUCT_DEVICES`)."""
     import trainers.ensemble
 
-    def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        K, *mid, n_in = x.shape
-        return torch.baddbmm(b.unsqueeze(1), x.reshape(K, -1, n_in), w.transpose(1, 2)).view(K, *mid, w.shape[1])
-
-    trainers.ensemble._linear = linear
+    trainers.ensemble.BIAS_IN_PRODUCT_DEVICES = frozenset({"cpu", "cuda"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                         "the transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
                         "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')")
     p.add_argument("--bias-in-product", action="store_true",
-                   help="experiment: the ensemble's linear layers as baddbmm(bias, x, w), which fills each output "
-                        "with the broadcast bias before the product, instead of a product and a separate add "
-                        "(rows tagged '+baddbmm'; run with and without it to compare)")
+                   help="experiment: the ensemble's linear layers as baddbmm(bias, x, w) on a GPU too, which fills "
+                        "each output with the broadcast bias before the product, instead of a product and a "
+                        "separate add (the CPU's form anyway; rows tagged '+baddbmm'; run with and without it "
+                        "to compare)")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)

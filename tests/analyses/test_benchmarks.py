@@ -206,13 +206,15 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     shaped = (tmp_path / "shapes" / "profile.md").read_text()
     assert "By input shapes" in shaped and "[2, 128, 16, 16]" in shaped  # (K, batch, tokens, d_model) activations
     assert "| ensemble+contiguous-w | 16 | 2 |" in shaped
-    # --bias-in-product: the linear layers as baddbmm (patched for this process; restored after)
-    monkeypatch.setattr(trainers.ensemble, "_linear", trainers.ensemble._linear)
-    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--shapes", "--bias-in-product",
+    # --bias-in-product: baddbmm on a GPU too (the CPU's form anyway: a GPU's form is forced first)
+    monkeypatch.setattr(trainers.ensemble, "BIAS_IN_PRODUCT_DEVICES", frozenset())
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--out", str(tmp_path / "gpu-form")]) == 0
+    assert "aten::baddbmm" not in (tmp_path / "gpu-form" / "profile.md").read_text()
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--bias-in-product",
                                           "--out", str(tmp_path / "baddbmm")]) == 0
     badd = (tmp_path / "baddbmm" / "profile.md").read_text()
     assert "aten::baddbmm" in badd and "| ensemble+baddbmm | 16 | 2 |" in badd
-    assert "aten::baddbmm" not in shaped and "| ensemble+contiguous-w+baddbmm |" not in shaped
+    assert trainers.ensemble.BIAS_IN_PRODUCT_DEVICES == {"cpu", "cuda"}
     with pytest.raises(SystemExit):
         profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
