@@ -168,7 +168,8 @@ def ensemble_forward(base: PETransformer, stack: Stack, x: Tensor, shared_input:
 
 
 # Devices whose batched linear layers add the bias inside the product, ``baddbmm(bias, x, w)``. On the CPU
-# its kernel does so in the product's own pass (a separate add timed no faster there, eager or compiled).
+# its kernel does so in the product's own pass (in interleaved timings a separate add was mostly slower in eager
+# groups there and within a few percent, either way, in compiled ones).
 # On a GPU, baddbmm first fills its whole output with the broadcast bias by a strided copy kernel (19 such
 # bf16 copies per K = 300 step, ~6 ms of the compiled step's 42 ms: reports/benchmarks/gpu_session.md),
 # then multiplies with beta = 1, reading it back; there the product comes alone and the bias is added
