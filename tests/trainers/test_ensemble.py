@@ -460,13 +460,10 @@ def test_the_cuda_graph_code_path_trains_like_eager_when_run_on_the_cpu(tmp_path
     assert prov[-1]["cuda_graphs"] is True and prov[-1]["compile"] is True
 
 
-def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
-    """Stacked linear weights keep the (K, out, in) shape but (K, in, out) memory, the layout the batched
-    products read: the gradients autograd returns already have each parameter's strides, so the optimizer
-    takes them as they are (on a GPU at K = 300 the copy was ~1.5 GB per step). Member state written into
-    checkpoints is contiguous, as a solo run's fused AdamW needs."""
-    from trainers.ensemble import Stack, StackedOptimizer, group_loss, linear_weight_names, template_model
-    from trainers.train import in_layout_of
+def two_member_group():
+    """Two tiny LST members (seeds 0 and 1) stacked, and a batch of 8 random puzzles for each:
+    (cfgs, models, stack, x (2, 8, 16, 5), y (2, 8))."""
+    from trainers.ensemble import Stack
     from trainers.model import PETransformer
 
     cfgs = [tiny(seed=s) for s in (0, 1)]
@@ -474,15 +471,26 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     for c in cfgs:
         torch.manual_seed(c.seed)
         models.append(PETransformer(c.model, c.pe, torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)))
-    stack = Stack.of(models)
+    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16)), 5).float()
+    y = torch.randint(0, 4, (2, 8))
+    return cfgs, models, Stack.of(models), x, y
+
+
+def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
+    """Stacked linear weights keep the (K, out, in) shape but (K, in, out) memory, the layout the batched
+    products read: the gradients autograd returns already have each parameter's strides, so the optimizer
+    takes them as they are (on a GPU at K = 300 the copy was ~1.5 GB per step). Member state written into
+    checkpoints is contiguous, as a solo run's fused AdamW needs."""
+    from trainers.ensemble import StackedOptimizer, group_loss, linear_weight_names, template_model
+    from trainers.train import in_layout_of
+
+    cfgs, models, stack, x, y = two_member_group()
     names = linear_weight_names(models[0])
     assert "blocks.0.attn.qkv.weight" in names and "head.weight" in names and "blocks.0.pe.table" not in names
     for name, p in stack.params.items():
         assert p.shape[1:] == dict(models[0].named_parameters())[name].shape
         assert p.is_contiguous() is (name not in names)
         torch.testing.assert_close(p[1], dict(models[1].named_parameters())[name].detach(), rtol=0, atol=0)
-    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16)), 5).float()
-    y = torch.randint(0, 4, (2, 8))
     losses = group_loss(template_model(models[0]), stack.buffers)(stack.params, x, y)
     grads = torch.autograd.grad(losses.sum(), list(stack.params.values()))
     for (name, p), g in zip(stack.params.items(), grads):  # the readout layer's qkv weight too (two slices)
@@ -505,7 +513,6 @@ def test_the_gpu_form_of_the_linear_layers_fills_no_output_from_a_broadcast_bias
 
     import trainers.ensemble as E
     from trainers.evaluate import bf16_autocast
-    from trainers.model import PETransformer
 
     class Calls(TorchDispatchMode):
         def __init__(self):
@@ -521,14 +528,7 @@ def test_the_gpu_form_of_the_linear_layers_fills_no_output_from_a_broadcast_bias
                 self.broadcast_fills.append(tuple(args[0].shape))
             return func(*args, **(kwargs or {}))
 
-    cfgs = [tiny(seed=s) for s in (0, 1)]
-    models = []
-    for c in cfgs:
-        torch.manual_seed(c.seed)
-        models.append(PETransformer(c.model, c.pe, torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)))
-    stack = E.Stack.of(models)
-    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16)), 5).float()
-    y = torch.randint(0, 4, (2, 8))
+    _, models, stack, x, y = two_member_group()
     loss_fn = E.group_loss(E.template_model(models[0]), stack.buffers,
                            bf16_autocast(torch.device("cpu"), True) if bf16 else None)
 
