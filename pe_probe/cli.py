@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"analyze": cmd_analyze, "compare": cmd_compare}[args.command](args)
     except InputError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else "bad input"
-        sys.stderr.write(f"pe-probe: error: {msg}\n")
+        sys.stderr.write(f"{exc.prog or 'pe-probe'}: error: {msg}\n")
         return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error
         try:

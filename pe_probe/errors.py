@@ -8,8 +8,13 @@ from typing import NoReturn
 class InputError(ValueError):
     """Bad input from the user: the message is one line that names the problem and the fix.
 
-    The CLI prints it without a traceback and exits with code 2.
+    The CLI prints it without a traceback and exits with code 2, as ``PROG: error: MESSAGE``: ``prog`` names
+    the command whose usage was wrong (argparse errors: ``pe-probe train``), else ``pe-probe``.
     """
+
+    def __init__(self, message: str = "", prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
 
 
 def first_line(e: BaseException) -> str:

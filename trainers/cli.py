@@ -18,7 +18,7 @@ class _Parser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors raise a one-line InputError instead of exiting."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise InputError(f"{message} (see {self.prog} --help)", prog=self.prog)
 
 
 def _bool_flag(p, name: str, help: str) -> None:

@@ -59,7 +59,10 @@ class DataConfig:
 
 
 @dataclass
-class TrainConfig:
+class RunConfig:
+    """The settings every run has, whatever its task, in the order ``config.json`` lists them. The task
+    configs below redefine ``task`` and ``data`` (a redefined dataclass field keeps its place)."""
+
     task: str = "lst"
     seed: int = 0
     preset: str = "quick"
@@ -67,12 +70,19 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     pe: PEConfig = field(default_factory=PEConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: Any = None
     eval_every: int = 5
     ckpt_every: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    """Config of a Latin Square Task run."""
+
+    data: DataConfig = field(default_factory=DataConfig)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -252,22 +262,11 @@ MASKED_DATA = {"netsim": NetsimDataConfig, "brain": BrainDataConfig}
 
 
 @dataclass
-class MaskedTrainConfig:
+class MaskedTrainConfig(RunConfig):
     """Config of a masked-prediction run; ``data`` is the task's data config."""
 
     task: str = "netsim"
-    seed: int = 0
-    preset: str = "quick"
-    device: str = "cpu"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    pe: PEConfig = field(default_factory=PEConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
     data: Any = field(default_factory=NetsimDataConfig)
-    eval_every: int = 5
-    ckpt_every: int = 10
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "MaskedTrainConfig":

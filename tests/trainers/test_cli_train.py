@@ -63,6 +63,18 @@ def test_bad_options_raise_one_line_input_error(tmp_path, argv, needle):
     assert not (tmp_path / "r").exists()  # rejected before the run folder is touched
 
 
+def test_usage_errors_name_the_subcommand_once(capsys):
+    from pe_probe.cli import main
+
+    assert main(["train", "lst", "--epochs", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err == "pe-probe train: error: argument --epochs: invalid int value: 'x' (see pe-probe train --help)\n"
+    assert main(["evaluate"]) == 2  # same form as pe-probe analyze's usage errors
+    assert capsys.readouterr().err.startswith("pe-probe evaluate: error: the following arguments are required")
+    assert main(["analyze"]) == 2
+    assert capsys.readouterr().err.startswith("pe-probe analyze: error: the following arguments are required")
+
+
 def test_unknown_task_and_missing_out(tmp_path):
     with pytest.raises(InputError, match="unknown task"):
         train_main(["sudoku", "--out", str(tmp_path / "r")])
