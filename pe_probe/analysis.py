@@ -77,6 +77,15 @@ class _Stages:
             sys.stderr.flush()
 
 
+# Forbidding reflections cannot be honoured here: the k-dim layouts are recovered with arbitrary axis
+# signs (PCA / classical MDS eigenvectors, SMACOF's and UMAP's starts), and for d > k a proper rotation
+# of the table can mirror any k-dim view of it, so their handedness says nothing about the PE table and a
+# rotation-only alignment gave an arbitrary r2 (near 0 for a table that is the grid itself plus noise).
+NO_REFLECTION_REFUSED = ("--no-reflection (allow_reflection=False) is not supported: the recovered layouts have arbitrary "
+                         "axis signs, so a rotation-only fit gives an arbitrary r2; drop the option (reflections are "
+                         "always allowed, as in scipy.spatial.procrustes)")
+
+
 def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str | Sequence[str] = DEFAULT_METHODS,
             n_perm: int = 1000, n_boot: int = 1000, seed: int = 0, reference: str | None = None,
             allow_reflection: bool = True, n_null: int | None = None, neighbours: int | None = None,
@@ -93,10 +102,13 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     n_boot : bootstrap resamples for the RSA confidence interval (0 skips it).
     seed : seeds every random step (permutations, bootstrap, random tables, UMAP, CV folds).
     reference : "sin1d", "sin2d:HxW" or a table file, for `ref_shape_distance`.
-    allow_reflection : let Procrustes use reflections (the scipy definition); False forbids them.
+    allow_reflection : must stay True (Procrustes with reflections, the scipy definition); False raises
+        `InputError` (`NO_REFLECTION_REFUSED`: the recovered layouts have no defined handedness).
     n_null : random Gaussian tables for the chance level (default: 20, fewer for very large N).
     neighbours : k for trustworthiness / kNN overlap (default min(5, N//2 - 1)).
     """
+    if not allow_reflection:
+        raise InputError(NO_REFLECTION_REFUSED)
     P = check_table(table)
     gt = as_ground_truth(ground_truth)
     G = check_coords(gt.coords, P.shape[0])
@@ -181,22 +193,25 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     if "umap" in methods:
         stage("UMAP")
         raw["umap"] = umap_embed(P, k, metric=pe_metric, seed=seed)
-    perms = np.argsort(rng_protest.random((n_perm, n)), axis=1) if n_perm else None
+    perms = stats.all_permutations(n, n_perm) if n_perm else None  # exact PROTEST when N! <= n_perm, as Mantel
+    exact_protest = perms is not None
+    if n_perm and not exact_protest:
+        perms = np.argsort(rng_protest.random((n_perm, n)), axis=1)
     embeddings, alignments = {}, {}
     for name, emb in raw.items():
-        al = procrustes_align(emb, G, allow_reflection=allow_reflection)
+        al = procrustes_align(emb, G)
         alignments[name] = al
         embeddings[name] = apply_alignment(al, emb)[:, :k]
         m[f"recovery_{name}_r2"] = al.r2
         m[f"recovery_{name}_rmse"] = al.rmse
-        m[f"recovery_{name}_p"] = (protest(emb, G, allow_reflection=allow_reflection, perms=perms)[0]
-                                   if n_perm else float("nan"))
+        m[f"recovery_{name}_p"] = protest(emb, G, perms=perms, exact=exact_protest)[0] if n_perm else float("nan")
 
     stage("linear probe")
     m["probe_r2"] = probe_r2(P, G, seed=int(rng_probe.integers(2**31)))
     stage("neighbourhoods")
-    nb_method = "cmds" if "cmds" in raw else next(iter(raw))
-    m["trustworthiness"], m["knn_overlap"] = neighbourhood_metrics(raw[nb_method], G, neighbours, gt_square=gt_sq)
+    # always of the classical-MDS layout (computed whatever --methods asks for), so the two do not
+    # change with the recovery methods requested
+    m["trustworthiness"], m["knn_overlap"] = neighbourhood_metrics(cmds_coords, G, neighbours, gt_square=gt_sq)
     m["mds_stress"] = _kruskal_stress(cmds_coords, pe_d)
     evr = explained_variance_ratio(sv)
     m["participation_ratio"] = participation_ratio(sv)
@@ -225,9 +240,10 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         "ground_truth": {"spec": gt.spec, "kind": gt.kind, "shape": list(gt.shape) if gt.shape else None},
         "analysis": {
             "pe_metric": pe_metric, "gt_metric": "euclidean", "methods": list(methods), "n_perm": n_perm,
-            "n_boot": n_boot, "n_boot_valid": boot_valid, "bootstrap": boot_method, "mantel": mantel_info, "n_null": n_null, "seed": seed,
+            "n_boot": n_boot, "n_boot_valid": boot_valid, "bootstrap": boot_method, "mantel": mantel_info,
+            "protest": {"exact": exact_protest, "n_relabellings": len(perms) if n_perm else 0}, "n_null": n_null, "seed": seed,
             "allow_reflection": allow_reflection, "neighbours": neighbours or default_k(n),
-            "neighbourhood_embedding": nb_method, "smacof_iterations": smacof_iter, "reference": ref_name,
+            "neighbourhood_embedding": "cmds", "smacof_iterations": smacof_iter, "reference": ref_name,
             "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),
         },
         "versions": _versions(),

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: min(5, N//2 - 1))")
     a.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
     a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
-    a.add_argument("--no-reflection", action="store_true", help="forbid reflections in Procrustes alignment")
+    a.add_argument("--no-reflection", action="store_true", help=argparse.SUPPRESS)  # refused: NO_REFLECTION_REFUSED
     a.add_argument("--no-figures", action="store_true", help="write only metrics.json/csv and embedding.csv")
     a.add_argument("--json", action="store_true", help="print metrics.json to stdout instead of the summary table")
     a.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
@@ -208,14 +208,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .api import analyze_source, n_layers, write_analysis
     from .output import check_out_dir, metrics_document
 
+    if args.no_reflection:
+        from .analysis import NO_REFLECTION_REFUSED
+
+        raise InputError(NO_REFLECTION_REFUSED)
     if args.attention_reference is not None and args.view != "attention":
         raise InputError("--attention-reference applies to --view attention only; add --view attention or drop it")
 
     if args.out:
-        check_out_dir(args.out, args.force)
+        check_out_dir(args.out, args.force, inputs=(args.source, args.ground_truth, args.reference, args.attention_reference))
     kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,
-                  seed=args.seed, reference=args.reference, allow_reflection=not args.no_reflection,
-                  n_null=args.n_null, neighbours=args.neighbours, progress=not args.quiet and not args.json)
+                  seed=args.seed, reference=args.reference, n_null=args.n_null, neighbours=args.neighbours,
+                  progress=not args.quiet and not args.json)
     from .api import analyze_view
 
     load = dict(param=args.param, positions=args.positions, drop_extra_tokens=args.drop_extra_tokens)

@@ -218,7 +218,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
 
     if backend not in ("local", "ray"):
         raise InputError(f"unknown compare backend {backend!r}; choose local or ray")
-    out_dir = check_out_dir(out_dir, force)  # refuse before any work
+    out_dir = check_out_dir(out_dir, force, inputs=[*sources, ground_truth])  # refuse before any work
     expanded, trajectory = expand_sources(sources)
     kwargs = dict(analyze_kwargs or {})
 

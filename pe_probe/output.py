@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ from .errors import InputError
 MARKER = ".pe-probe-output"
 
 
-def check_out_dir(out: str | os.PathLike, force: bool = False) -> Path:
-    """Refuse early (before any work) an output folder we may not write."""
+def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[Any] = ()) -> Path:
+    """Refuse early (before any work) an output folder we may not write: a file, the current folder or
+    one above it, a folder not written by pe-probe (unless ``force``), or one that is or holds one of
+    ``inputs`` (paths the command reads; replacing the folder would delete them, --force or not)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
@@ -31,6 +33,11 @@ def check_out_dir(out: str | os.PathLike, force: bool = False) -> Path:
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
         raise InputError(f"--out {out} is the current folder or one above it, which pe-probe replaces as a whole; "
                          f"name a new folder, e.g. --out {out / 'report'}")
+    for item in inputs:
+        path = Path(item) if isinstance(item, (str, os.PathLike)) else None  # specs such as grid:4x4 do not exist
+        if path is not None and path.exists() and (path.resolve() == resolved or resolved in path.resolve().parents):
+            raise InputError(f"--out {out} is or holds the input {item}, which writing the report there would delete; "
+                             f"name a folder outside it, e.g. --out {resolved.parent / (resolved.name + '-report')}")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists() and not force:
         raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
     # the nearest existing ancestor must be a folder we can write into (checked before any work)

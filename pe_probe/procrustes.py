@@ -66,8 +66,10 @@ def apply_alignment(alignment: Alignment, embedding: np.ndarray) -> np.ndarray:
 
 
 def protest(embedding: np.ndarray, coords: np.ndarray, *, n_perm: int = 1000, allow_reflection: bool = True,
-            seed: int | np.random.Generator | None = 0, perms: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """PROTEST p-value of r2: p = (1 + #{null r2 >= observed}) / (1 + n_perm), one-sided.
+            seed: int | np.random.Generator | None = 0, perms: np.ndarray | None = None,
+            exact: bool = False) -> tuple[float, np.ndarray]:
+    """PROTEST p-value of r2: p = (1 + #{null r2 >= observed}) / (1 + n_perm), one-sided; with ``exact``
+    ``perms`` are all N! relabellings (identity included) and p = #{null r2 >= observed} / N!, exact.
 
     Vectorised: for each permutation only the k x k cross-product G0[pi]^T X0 and its singular values
     are needed.
@@ -90,4 +92,4 @@ def protest(embedding: np.ndarray, coords: np.ndarray, *, n_perm: int = 1000, al
             sv[:, -1] *= np.where(det < 0, -1.0, 1.0)
         null[s:s + step] = np.clip(sv.sum(axis=1), 0, None) ** 2
     count = int(np.sum(null >= observed - 1e-9))
-    return (1 + count) / (1 + len(perms)), null
+    return (count / len(perms) if exact else (1 + count) / (1 + len(perms))), null

@@ -93,6 +93,14 @@ def _prepared(v: np.ndarray, method: str) -> np.ndarray:
     return standardise(rank(v) if method == "spearman" else v)
 
 
+def all_permutations(n: int, n_perm: int) -> np.ndarray | None:
+    """All n! relabellings of n positions (n!, n) when there are no more than ``n_perm`` of them (and
+    n <= 12), for exact permutation tests; else None (sample ``n_perm`` at random)."""
+    if n <= 12 and math.factorial(n) <= n_perm:
+        return np.array(list(permutations(range(n))), dtype=np.int32)
+    return None
+
+
 def mantel(pe_dist: np.ndarray, gt_dist: np.ndarray, *, method: str = "spearman", n_perm: int = 1000,
            seed: int | np.random.Generator | None = 0) -> MantelResult:
     """One-sided Mantel permutation test of the RSA correlation (Spearman or Pearson).
@@ -113,10 +121,9 @@ def mantel_prepared(a: np.ndarray, b: np.ndarray, *, n_perm: int = 1000,
     A = squareform(a, checks=False)
     B = squareform(b, checks=False)
     n = A.shape[0]
-    exact = n <= 12 and math.factorial(n) <= n_perm
-    if exact:
-        perms = np.array(list(permutations(range(n))), dtype=np.int32)
-    else:
+    perms = all_permutations(n, n_perm)
+    exact = perms is not None
+    if not exact:
         rng = np.random.default_rng(seed)
         perms = np.argsort(rng.random((n_perm, n)), axis=1).astype(np.int32)
     if n > 256:  # float32 halves memory traffic; ample precision for a null distribution

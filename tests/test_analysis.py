@@ -99,6 +99,38 @@ def test_exact_mantel_small_table():
     assert res.metrics["rsa_p"] in (1 / 120, 2 / 120)
 
 
+def test_exact_protest_small_table_against_brute_force():
+    rng = np.random.default_rng(1)
+    G = grid(2, 3).coords  # 6 positions: 720 relabellings
+    table = G @ rng.normal(size=(2, 4)) + 0.8 * rng.normal(size=(6, 4))
+    res = pe_probe.analyze(table, G, n_perm=720, n_boot=0, methods="pca,cmds")
+    assert res.provenance["analysis"]["protest"] == {"exact": True, "n_relabellings": 720}
+    from itertools import permutations
+
+    from pe_probe.recovery import pca_embed
+    X = pca_embed(np.asarray(table, float), 2)[0]
+    r2 = [1 - scipy_procrustes(G[list(p)], X)[2] for p in permutations(range(6))]  # identity first
+    expected = sum(v >= r2[0] - 1e-9 for v in r2) / 720  # exact: identity counted, no +1
+    assert res.metrics["recovery_pca_p"] == pytest.approx(expected, abs=1e-12)
+    assert res.metrics["recovery_pca_r2"] == pytest.approx(r2[0], abs=1e-9)
+    sampled = pe_probe.analyze(table, G, n_perm=500, n_boot=0, methods="pca")  # fewer than N!: sampled, (1 + c) / (1 + n)
+    assert sampled.provenance["analysis"]["protest"] == {"exact": False, "n_relabellings": 500}
+    count = sampled.metrics["recovery_pca_p"] * 501 - 1
+    assert count == pytest.approx(round(count)) and abs(sampled.metrics["recovery_pca_p"] - expected) < 0.1
+
+
+def test_forbidding_reflections_is_refused():
+    with pytest.raises(InputError, match="arbitrary"):
+        pe_probe.analyze(_planted(G8, d=8), G8, allow_reflection=False, n_perm=0, n_boot=0)
+
+
+def test_neighbourhood_metrics_do_not_depend_on_the_recovery_methods():
+    table = _planted(G8, d=16, noise=0.8)
+    runs = [pe_probe.analyze(table, G8, methods=m, n_perm=0, n_boot=0, n_null=0).metrics for m in ("pca", "smacof", "pca,cmds")]
+    for key in ("trustworthiness", "knn_overlap"):
+        assert runs[0][key] == runs[1][key] == runs[2][key]
+
+
 # ---------------------------------------------------------------- invariance properties
 
 def _moderate(coords, seed):

@@ -212,6 +212,28 @@ def test_refuses_foreign_output_folder_unless_force(tmp_path, sin_npy, capsys):
     assert code == 0, err
 
 
+def test_force_never_replaces_a_folder_that_holds_an_input(tmp_path, sin_npy, capsys):
+    models = tmp_path / "models"
+    models.mkdir()
+    table = models / "sin.npy"
+    table.write_bytes(sin_npy.read_bytes())
+    (tmp_path / "gt").mkdir()
+    coords = tmp_path / "gt" / "coords.npy"
+    np.save(coords, grid(4, 4).coords)
+    for argv in (["analyze", table, "-g", "grid:4x4", "--out", models, "--no-figures", *FAST],  # the source's folder
+                 ["analyze", table, "-g", "grid:4x4", "--out", tmp_path, "--no-figures", *FAST],  # a folder above it
+                 ["analyze", sin_npy, "-g", coords, "--out", tmp_path / "gt", "--no-figures", *FAST],  # the ground truth's
+                 ["compare", sin_npy, table, "-g", "grid:4x4", "--out", models, "--n-perm", "0"]):
+        code, _, err = run([*argv, "--force"], capsys)
+        assert_input_error(code, err, "holds the input", "-report")
+        assert table.read_bytes() == sin_npy.read_bytes() and coords.exists()
+
+
+def test_no_reflection_is_refused_with_the_reason(sin_npy, capsys):
+    code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", "--no-reflection", *FAST], capsys)
+    assert_input_error(code, err, "--no-reflection", "arbitrary")
+
+
 def test_console_script_bad_input_has_no_traceback(tmp_path):
     exe = Path(sys.executable).parent / "pe-probe"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pe_probe.cli"]

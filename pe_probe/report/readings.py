@@ -130,8 +130,11 @@ def verdict(metrics: dict) -> str:
         return "No RSA was computed."
     best = max((float(v) for k, v in metrics.items() if k.startswith("recovery_") and k.endswith("_r2")
                 and isinstance(v, (int, float)) and math.isfinite(float(v))), default=None)
-    sig = _ok(metrics, "rsa_p") and float(metrics["rsa_p"]) < 0.05
     rho = float(metrics["rsa_spearman"])
+    if not _ok(metrics, "rsa_p"):  # no permutations (--n-perm 0): say so rather than "no evidence"
+        tail = f", best layout recovery r² {best:.2f}" if best is not None else ""
+        return f"Not tested against chance (no permutation test was run, --n-perm 0): RSA {rho:.2f}{tail}."
+    sig = float(metrics["rsa_p"]) < 0.05
     if sig and best is not None and best >= 0.8:
         return f"The PE table recovers the true geometry: RSA {rho:.2f} (beyond chance) and best layout recovery r² {best:.2f}."
     if sig:

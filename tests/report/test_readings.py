@@ -31,4 +31,6 @@ def test_p_value_wording_depends_on_the_value():
 def test_missing_metrics_give_no_sentence_and_verdict_reflects_chance():
     assert readings({}) == []
     assert "No evidence" in verdict({"rsa_spearman": 0.02, "rsa_p": 0.6})
+    untested = verdict({"rsa_spearman": 0.99, "recovery_pca_r2": 0.98})  # --n-perm 0: no p-value at all
+    assert "Not tested against chance" in untested and "No evidence" not in untested and "0.98" in untested
     assert "recovers the true geometry" in verdict({"rsa_spearman": 0.95, "rsa_p": 0.001, "recovery_pca_r2": 0.97})
