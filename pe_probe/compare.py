@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, NoPETableError
 
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
 TRAJECTORY_METHODS = ("cmds", "pca", "smacof", "umap")  # deterministic methods first
@@ -128,11 +128,21 @@ def result_row(result, source: _Source) -> dict[str, Any]:
     return row
 
 
+@dataclass
+class _Skipped:
+    """A source that records no PE table (relative, RoPE or no PE: `NoPETableError`), left out of the comparison."""
+
+    reason: str
+
+
 def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
-    """Load and analyse one source with the package's public loader."""
+    """Load and analyse one source with the package's public loader (`_Skipped` if it has no PE table)."""
     from pe_probe.api import analyze_source
 
-    return analyze_source(path, ground_truth, **analyze_kwargs)
+    try:
+        return analyze_source(path, ground_truth, **analyze_kwargs)
+    except NoPETableError as exc:
+        return _Skipped(str(exc))
 
 
 def _analyze_in_order(paths: Sequence[Path], ground_truth, analyze_kwargs: dict, backend: str,
@@ -229,6 +239,9 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     bar = tqdm(expanded, desc="compare", unit="source", disable=not progress or not sys.stderr.isatty())
     results = _analyze_in_order([s.path for s in expanded], ground_truth, kwargs, backend, address)
     for src, result in zip(bar, results):
+        if isinstance(result, _Skipped):
+            sys.stderr.write(f"pe-probe: skipping {src.label}: no PE table to compare (its pe_params is empty)\n")
+            continue
         n, coords = result.n_positions, np.asarray(result.coords, dtype=np.float64)
         if first is None:
             first = (src.label, n, coords)
@@ -251,6 +264,9 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                 traj_embeddings.append(np.asarray(result.raw_embeddings[traj_method], dtype=np.float64))
         del result
     results.close()  # stops a Ray instance started for this call (on an error: when the generator is freed)
+    if not rows:
+        raise InputError("no source has a PE table to compare (relative, RoPE and no-PE runs record none); "
+                         "pass runs with learned or sinusoidal tables")
     frame = pd.DataFrame(rows)
     if trajectory and frame["step"].isna().any():
         frame["step"] = frame["step"].fillna(pd.Series(range(len(frame)), dtype=float))

@@ -17,6 +17,12 @@ class InputError(ValueError):
         self.prog = prog
 
 
+class NoPETableError(InputError):
+    """The checkpoint records that its positional encoding is not a table of positions (``pe_params``
+    is ``[]``: relative, RoPE or no PE): there is nothing to analyse unless a tensor is named.
+    `pe_probe.compare.compare` skips such sources."""
+
+
 def first_line(e: BaseException) -> str:
     """An exception's first message line (its type name when it has none): for one-line errors."""
     text = str(e).strip()

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, NoPETableError
 from pe_probe.errors import first_line as _first_line
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, load_npy, read_number_table
 
@@ -56,7 +56,7 @@ _PE_WORDS = {
     "absolute_pos_embed",
 }
 # Relative-position tables index offsets, not positions: never picked automatically.
-_NOT_ABSOLUTE = re.compile(r"relative|rel_pos|rel_emb|_bias|bias_table|exp_avg|momentum", re.IGNORECASE)
+_NOT_ABSOLUTE = re.compile(r"relative|rel_pos|rel_emb|offset_table|_bias|bias_table|exp_avg|momentum", re.IGNORECASE)
 # HF model types whose learned position table starts with 2 unused offset rows
 # (OPT/BART: positions are shifted by 2; RoBERTa family: padding_idx=1, positions start at 2).
 _OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert",
@@ -492,6 +492,12 @@ def _candidates(store: _Store) -> list[str]:
 
 def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[str]:
     pe_params = meta.get("pe_params")
+    if pe_params == []:  # our checkpoint says: no table (relative offsets, RoPE, none); never guess one by name
+        pe_cfg = meta["config"].get("pe") if isinstance(meta.get("config"), dict) else None
+        kind = pe_cfg.get("kind") if isinstance(pe_cfg, dict) else None
+        raise NoPETableError(f"{src}: this checkpoint records no PE table (pe_params is empty"
+                             f"{f'; its PE kind is {kind}' if kind else ''}: not a table of positions); "
+                             f"pass --param NAME to analyse one of its tensors anyway")
     if pe_params:
         missing = [p for p in pe_params if p not in store.shapes]
         if missing:
@@ -508,8 +514,7 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
             return _layer_order(hits, src)
     if len(store.shapes) == 1 and floats:
         return floats  # a file that holds one float tensor: that is the table, whatever its name
-    why = "this checkpoint records no PE table (pe_params is empty); " if pe_params == [] else ""
-    raise InputError(f"{src}: no positional-encoding table found automatically; {why}pass --param NAME "
+    raise InputError(f"{src}: no positional-encoding table found automatically; pass --param NAME "
                      f"(candidates: {_listing(_candidates(store))})")
 
 

@@ -331,6 +331,24 @@ def test_no_pe_found_says_pass_param(tmp_path) -> None:
         load_table(tmp_path / "rope.pt")
 
 
+def test_empty_pe_params_is_never_overridden_by_names(tmp_path, grid_table) -> None:
+    """A relative-PE run stores offset tables, and may carry a PE-looking name: [] still means no table."""
+    from pe_probe.errors import NoPETableError
+
+    ckpt = _checkpoint(grid_table)
+    ckpt.update(pe_params=[], config={"pe": {"kind": "relative"}})
+    ckpt["model"]["blocks.0.attn.pe.offset_table"] = torch.randn(31, 8)
+    torch.save(ckpt, tmp_path / "rel.pt")  # still holds blocks.0.pe.table: must not be guessed
+    with pytest.raises(NoPETableError, match="records no PE table.*relative"):
+        load_table(tmp_path / "rel.pt")
+    assert load_table(tmp_path / "rel.pt", param="blocks.0.pe.table").table.shape == grid_table.shape
+    # without our metadata, a relative offset table is not taken for a table of positions
+    torch.save({"blocks.0.attn.pe.offset_table": torch.randn(31, 8), "embed.weight": torch.randn(5, 8)},
+               tmp_path / "plain.pt")
+    with pytest.raises(InputError, match="no positional-encoding table found"):
+        load_table(tmp_path / "plain.pt")
+
+
 def test_nan_names_the_tensor(tmp_path, grid_table) -> None:
     bad = grid_table.copy()
     bad[5, 2] = np.nan

@@ -184,6 +184,21 @@ def test_flatten_joins_keys_with_dots():
         "pe.init_std": 0.2, "pe.kind": "learned", "seed": 3, "grid": "4x4"}
 
 
+def test_sources_without_a_pe_table_are_skipped(noise_sweep, tmp_path, capsys, analyze_source_available):
+    import torch
+
+    rel = tmp_path / "relative.pt"
+    torch.save({"format": "pe-probe-checkpoint/1", "model": {"blocks.0.attn.pe.offset_table": torch.randn(71, 12)},
+                "config": {"pe": {"kind": "relative"}}, "pe_params": [], "ground_truth": None, "step": 0,
+                "epoch": 0, "metrics": {}}, rel)
+    frame = compare([noise_sweep[0], rel, noise_sweep[1]], tmp_path / "out", progress=False,
+                    analyze_kwargs={"n_perm": 0, "n_boot": 0}, formats=("png",))
+    assert len(frame) == 2 and "skipping" in capsys.readouterr().err
+    with pytest.raises(InputError, match="no source has a PE table"):
+        compare([rel, rel], tmp_path / "none", progress=False, analyze_kwargs={"n_perm": 0})
+    assert not (tmp_path / "none").exists()
+
+
 def test_missing_source_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not found"):
         expand_sources([tmp_path / "nope.pt"])
