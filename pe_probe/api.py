@@ -174,12 +174,9 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
         gt = meta.get("ground_truth")
         if view == "attention" or positions is None:
             gt = _resolve_ground_truth(gt, ground_truth, len(table), None, len(table))
-        else:
-            from .io import _parse_positions
-
-            full = len(table) if gt is None else gt.n
-            span = _parse_positions(positions, full)
-            if gt is not None and gt.n != len(table):
+        else:  # the view's rows are --positions of a table of info["n_rows"] rows: slice a ground truth alike
+            span, full = tuple(info["positions"]), info["n_rows"]
+            if gt is not None and gt.n == full:
                 gt = gt.rows(*span)
             gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
         prov = dict(base_prov, param=label, layer=info.get("layer"), view=info)

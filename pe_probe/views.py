@@ -373,7 +373,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt, "source")
     notes = [note] if extra else []
     P = P[extra:]
-    span = None
+    span, n_rows = None, P.shape[0]
     if gt is not None and gt.n != P.shape[0]:
         gt = None
     if positions is not None:
@@ -383,7 +383,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
         notes.append(f"viewing positions {start}:{stop}")
     base = {"view": view, "architecture": None, "param": name, "layer": None, "block": None, "head": None,
             "n_heads": None, "d_head": None, "input": "P", "tensors": [name], "extra_tokens": int(extra),
-            "positions": span, "notes": notes}
+            "positions": span, "n_rows": n_rows, "notes": notes}
     if view == "raw":
         return {None: (P, base)}, gt
 

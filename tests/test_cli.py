@@ -272,6 +272,19 @@ def test_view_kernel_and_qk_on_bert_folder(tmp_path, capsys):
     assert json.loads(stdout)["pe_dim"] == 2 * d
     code, _, err = run(["analyze", folder, "-g", "grid:4x4", "--view", "attention", *FAST], capsys)
     assert_input_error(code, err, "attention")
+    # --positions with a whole-table -g: the views slice the ground truth as the raw view does
+    docs = {}
+    for view in ("raw", "qk", "kernel"):
+        code, stdout, err = run(["analyze", folder, "-g", "grid:4x4", "--view", view, "--positions", "8:16", "--json",
+                                 *FAST], capsys)
+        assert code == 0, err
+        docs[view] = json.loads(stdout)
+    assert {doc["n_positions"] for doc in docs.values()} == {8}
+    assert docs["kernel"]["gt_dim"] == docs["raw"]["gt_dim"] == 2
+    from pe_probe.api import analyze_view
+
+    kernel = analyze_view(folder, "kernel", "grid:4x4", positions="8:16", n_perm=0, n_boot=0)[0]
+    np.testing.assert_array_equal(kernel.coords, grid(4, 4).coords[8:16])
 
 
 def test_builtin_tables_refuse_layer_options_and_record_their_shape(capsys):
