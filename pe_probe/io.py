@@ -359,18 +359,41 @@ def _torch_load(path: Path) -> Any:
         if _pickle_has_code(path):
             raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
                              f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
-        raise InputError(f"{path}: not a readable torch file (corrupt, truncated, or not written by torch.save: "
-                         f"{_first_line(e)})") from None
-    except (RuntimeError, EOFError, OSError) as e:
-        raise InputError(f"{path}: not a readable torch file ({_first_line(e)})") from None
+        raise InputError(f"{path}: not a readable torch file (corrupt, truncated, not written by torch.save, or it "
+                         f"holds objects other than tensors and plain containers: {_torch_reason(e)}); re-save the "
+                         f"tensors with torch.save(model.state_dict()) or as .safetensors") from None
+    except EOFError:
+        raise InputError(f"{path}: not a readable torch file (it ends too early: empty or truncated); "
+                         f"re-save or re-download it") from None
+    except (RuntimeError, OSError) as e:
+        raise InputError(f"{path}: not a readable torch file ({_torch_reason(e)}); re-save or re-download it") from None
     except Exception as e:  # a corrupt stream can fail anywhere in the unpickler (KeyError, IndexError, ...)
         raise InputError(f"{path}: not a readable torch file (corrupt, or not written by torch.save: "
                          f"{type(e).__name__})") from None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _torch_reason(e: BaseException) -> str:
+    """torch's reason for refusing a file, as one plain line: no terminal colour codes, and never its
+    advice to retry with weights_only=False (which would run whatever code an untrusted file holds)."""
+    text = _ANSI.sub("", _first_line(e))
+    if "weights only load failed" in text.lower() or "weights_only" in text:
+        return "torch's weights-only reader refused it"
+    return text
+
+
+# Pickles at the start of a legacy (non-zip) torch file: magic number, protocol, system info, the
+# object, storage keys; raw tensor bytes follow them.
+LEGACY_PICKLES = 5
+
+
 def _pickle_has_code(path: Path) -> bool:
-    """Scan (never execute) the pickle stream of a torch or plain pickle file for calls to globals
-    other than torch's own rebuild helpers; such a file would run code if unpickled."""
+    """Scan (never execute) the pickle streams of a torch or plain pickle file for calls to globals
+    other than torch's own rebuild helpers; such a file would run code if unpickled. A zip torch
+    file has one stream (data.pkl); a legacy one several in a row, then raw bytes (scanning stops there)."""
+    import io as _io
     import pickletools
 
     try:
@@ -380,18 +403,25 @@ def _pickle_has_code(path: Path) -> bool:
                 data = zf.read(names[0]) if names else b""
         else:
             data = path.read_bytes()
-        pending: list[str] = []
-        for op, arg, _ in pickletools.genops(data):
-            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"):
-                pending = (pending + [str(arg)])[-2:]
-            elif op.name == "GLOBAL" or op.name == "STACK_GLOBAL":
-                name = str(arg) if op.name == "GLOBAL" else " ".join(pending)
-                if not name.replace(" ", ".").startswith(("torch", "collections.OrderedDict", "_codecs", "numpy")):
-                    return True
-            elif op.name in ("INST", "OBJ"):
-                return True
-    except Exception:
+    except OSError:
         return False
+    stream = _io.BytesIO(data)
+    for _ in range(LEGACY_PICKLES):
+        if stream.tell() >= len(data):
+            break
+        pending: list[str] = []
+        try:
+            for op, arg, _ in pickletools.genops(stream):  # stops after this pickle's STOP
+                if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"):
+                    pending = (pending + [str(arg)])[-2:]
+                elif op.name == "GLOBAL" or op.name == "STACK_GLOBAL":
+                    name = str(arg) if op.name == "GLOBAL" else " ".join(pending)
+                    if not name.replace(" ", ".").startswith(("torch", "collections.OrderedDict", "_codecs", "numpy")):
+                        return True
+                elif op.name in ("INST", "OBJ"):
+                    return True
+        except Exception:  # not (or no longer) a pickle: raw tensor bytes or a corrupt stream
+            break
     return False
 
 

@@ -299,6 +299,24 @@ def test_malicious_pickle_is_refused_and_not_run(tmp_path) -> None:
     assert control.exists()
 
 
+def test_legacy_format_with_code_is_named_as_such_and_not_run(tmp_path) -> None:
+    marker = tmp_path / "pwned"
+    torch.save({"pos_embed": torch.zeros(4, 4), "payload": _Exploit(marker)}, tmp_path / "evil.pt",
+               _use_new_zipfile_serialization=False)  # several pickles in a row, the object in the 4th
+    with pytest.raises(InputError, match="refused to load: the file contains pickled code"):
+        load_table(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80\x02garbage" * 10, bytes(range(256)) * 4])
+def test_unreadable_torch_files_never_advise_an_unsafe_load(tmp_path, content) -> None:
+    (tmp_path / "bad.pt").write_bytes(content)
+    with pytest.raises(InputError, match="not a readable torch file") as e:
+        load_table(tmp_path / "bad.pt")
+    msg = str(e.value)
+    assert "\n" not in msg and "\x1b" not in msg and "weights_only" not in msg and "re-" in msg
+
+
 def test_unknown_param_lists_candidates(tmp_path, grid_table) -> None:
     torch.save({"pos_emb.weight": torch.tensor(grid_table), "head.weight": torch.randn(3, 8)}, tmp_path / "s.pt")
     with pytest.raises(InputError, match=r"no tensor named 'wpe'.*pos_emb\.weight, head\.weight"):
