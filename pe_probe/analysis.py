@@ -24,7 +24,7 @@ from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .spectrum import explained_variance_ratio, participation_ratio
-from .validation import check_choice, check_coords, check_positive_int, check_table
+from .validation import check_choice, check_coords, check_fits_in_memory, check_positive_int, check_table
 
 DEFAULT_METHODS = ("pca", "cmds", "smacof")
 
@@ -110,6 +110,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     if not allow_reflection:
         raise InputError(NO_REFLECTION_REFUSED)
     P = check_table(table)
+    check_fits_in_memory(P.shape[0])
     gt = as_ground_truth(ground_truth)
     G = check_coords(gt.coords, P.shape[0])
     pe_metric = check_choice(str(pe_metric).lower(), dist.PE_METRICS, "--pe-metric")
@@ -149,7 +150,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     stage("RSA")
     gt_ranked = stats.standardise(stats.rank(gt_d, gt_order))
     pe_ranked = stats.standardise(stats.rank(pe_d, pe_order))
-    m["rsa_spearman"] = float(pe_ranked @ gt_ranked)
+    m["rsa_spearman"] = float(np.clip(pe_ranked @ gt_ranked, -1.0, 1.0))  # rounding can pass 1 by an ulp
     m["rsa_pearson"] = stats.correlate(pe_d, gt_d, "pearson")
     m["rsa_kendall"] = stats.correlate(pe_d, gt_d, "kendall")
     mantel_info: dict[str, Any] = {}

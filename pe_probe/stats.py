@@ -75,7 +75,7 @@ def correlate(a: np.ndarray, b: np.ndarray, method: str = "spearman") -> float:
         a, b = rank(a), rank(b)
     elif method != "pearson":
         raise ValueError(f"unknown RSA method {method!r}; choose one of {RSA_METHODS}")
-    return float(standardise(a) @ standardise(b))
+    return float(np.clip(standardise(a) @ standardise(b), -1.0, 1.0))  # rounding can pass 1 by an ulp
 
 
 @dataclass

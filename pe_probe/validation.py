@@ -11,6 +11,8 @@ MIN_POSITIONS = 4
 
 def check_table(table, name: str = "table") -> np.ndarray:
     """Return ``table`` as a finite float64 (N, d) array with N >= 4, or raise InputError."""
+    if hasattr(table, "detach"):  # a torch tensor, perhaps a parameter that requires grad
+        table = table.detach().cpu()
     try:
         arr = np.asarray(table, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -58,6 +60,8 @@ def check_choice(value: str, allowed, what: str) -> str:
 def check_positive_int(value, what: str, minimum: int = 0, maximum: int | None = None) -> int:
     try:
         iv = int(value)
+        if isinstance(value, bool) or iv != value:  # 2.7 or True: not silently truncated to 2 / taken as 1
+            raise ValueError
     except (TypeError, ValueError, OverflowError):
         raise InputError(f"{what} must be an integer, got {value!r}") from None
     if iv < minimum:
@@ -65,3 +69,28 @@ def check_positive_int(value, what: str, minimum: int = 0, maximum: int | None =
     if maximum is not None and iv > maximum:
         raise InputError(f"{what} must be <= {maximum:,}, got {iv:,}")
     return iv
+
+
+# `analyze` holds about this many N x N float64 arrays at once (distances of the table and of the ground
+# truth and their double-centred / ranked forms, the classical-MDS Gram matrix, SMACOF's iterates): a
+# rough count, used only to refuse tables that cannot fit before any N x N array is made.
+SQUARE_ARRAYS = 12
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(n: int, memory: int | None = None) -> None:
+    """Refuse (InputError) N positions whose N x N matrices would not fit in ``memory`` (default: this machine's)."""
+    memory = physical_memory() if memory is None else memory
+    need = SQUARE_ARRAYS * n * n * 8
+    if memory and need > memory:
+        raise InputError(f"{n:,} positions need about {need / 2**30:,.0f} GiB for the analysis's N x N matrices, more than "
+                         f"this machine's {memory / 2**30:,.0f} GiB; analyse a slice of the table with --positions A:B")

@@ -215,7 +215,7 @@ def test_relabelling_positions_8x8():
 
 @pytest.mark.parametrize("case", ["nan", "inf", "three_rows", "one_d", "three_d", "mismatched", "metric", "method",
                                   "constant", "gt_nan", "gt_constant", "neg_perm", "empty_methods", "neighbours",
-                                  "not_numeric", "equidistant", "gt_equidistant"])
+                                  "not_numeric", "equidistant", "gt_equidistant", "fractional_perm", "bool_boot"])
 def test_bad_input_raises_input_error(case):
     good = _planted(grid(4, 4).coords, d=8)
     kwargs = {}
@@ -257,8 +257,40 @@ def test_bad_input_raises_input_error(case):
         table = 3 * np.eye(16) + 1
     elif case == "gt_equidistant":  # one-hot positions, scaled and shifted: RSA would be 0 / p 1, not undefined
         gt = 0.7 * np.eye(16) - 2.0
+    elif case == "fractional_perm":  # not silently truncated to 2
+        kwargs = {"n_perm": 2.7}
+    elif case == "bool_boot":
+        kwargs = {"n_boot": True}
     with pytest.raises(InputError, match="equally far apart" if case == "gt_equidistant" else None):
         pe_probe.analyze(table, gt, **kwargs)
+
+
+def test_tables_too_large_for_memory_are_refused_before_any_square_matrix():
+    from pe_probe.validation import SQUARE_ARRAYS, check_fits_in_memory
+
+    check_fits_in_memory(1000, memory=SQUARE_ARRAYS * 1000 * 1000 * 8)  # fits exactly
+    with pytest.raises(InputError, match="--positions"):
+        check_fits_in_memory(1001, memory=SQUARE_ARRAYS * 1000 * 1000 * 8)
+    with pytest.raises(InputError, match="1,000,000 positions"):  # this machine: 8 TB per matrix is beyond any
+        pe_probe.analyze(np.zeros((1_000_000, 1)), "line:1000000", n_perm=0, n_boot=0)
+
+
+@pytest.mark.parametrize("n", [9, 16, 36, 50, 64])
+def test_correlations_never_pass_one(n):
+    for table in (np.arange(float(n))[:, None], np.arange(float(n))[:, None] * [0.3, 7.0, -2.0]):
+        m = pe_probe.analyze(table, f"line:{n}", n_perm=0, n_boot=0, n_null=0).metrics
+        assert all(-1.0 <= m[k] <= 1.0 for k in ("rsa_spearman", "rsa_pearson", "rsa_kendall"))
+        assert m["rsa_spearman"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_torch_parameter_is_read_as_its_values():
+    import torch
+
+    table = _planted(grid(4, 4).coords, d=8)
+    param = torch.nn.Parameter(torch.tensor(table))
+    a = pe_probe.analyze(param, "grid:4x4", n_perm=0, n_boot=0, n_null=0).metrics
+    b = pe_probe.analyze(table, "grid:4x4", n_perm=0, n_boot=0, n_null=0).metrics
+    assert a["rsa_spearman"] == b["rsa_spearman"] and a["recovery_cmds_r2"] == b["recovery_cmds_r2"]
 
 
 @pytest.mark.parametrize("metric", ["cosine", "correlation"])
