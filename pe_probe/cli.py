@@ -115,9 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", "-o", required=True, metavar="DIR",
                    help="report folder: compare.csv, correlations.csv, figures/, index.html")
     c.add_argument("--by", metavar="CONFIG_KEY", help="config key for the x axis, dotted (e.g. pe.init_std)")
-    c.add_argument("--ground-truth", "-g", metavar="SPEC", help="ground truth for sources that carry none")
+    c.add_argument("--ground-truth", "-g", metavar="SPEC",
+                   help="ground truth for every source (default: each checkpoint's own; needed for raw tables and "
+                   "model folders)")
+    c.add_argument("--param", metavar="NAME", help="tensor to analyse in every source (default: found automatically)")
+    c.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of every table (e.g. 0:128)")
     c.add_argument("--layer", type=_layer, metavar="N|mean",
-                   help="for models with one PE table per layer: which one (default: 0, with a note)")
+                   help="for models with one PE table per layer: which one (default: 0; compare.csv's "
+                   "param, layer and notes columns say which table each row measured)")
     c.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
                    help="distance between PE rows (default: %(default)s)")
     c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
@@ -260,10 +265,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
+    if args.layer == "all":
+        raise InputError("compare measures one table per source: pass --layer N or --layer mean "
+                         "(pe-probe analyze --layer all reports every layer of one model)")
+    load = {k: v for k, v in (("layer", args.layer), ("param", args.param), ("positions", args.positions)) if v is not None}
     df = compare(args.sources, args.out, by=args.by, ground_truth=args.ground_truth,
                  analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,
-                                     n_boot=args.n_boot, seed=args.seed, reference=args.reference,
-                                     **({"layer": args.layer} if args.layer is not None else {})),
+                                     n_boot=args.n_boot, seed=args.seed, reference=args.reference, **load),
                  force=args.force, backend=args.backend, address=args.address)
     print(f"compared {len(df)} source{'s' if len(df) != 1 else ''}; table and figures in {args.out}/ "
           "(compare.csv, index.html)")

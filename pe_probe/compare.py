@@ -114,9 +114,13 @@ def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def result_row(result, source: _Source) -> dict[str, Any]:
-    """One tidy row: source, label, step, every metric, config keys (dotted), eval.* checkpoint metrics."""
+    """One tidy row: source, label, step, the table measured (param, layer) and the loader's notes, every
+    metric, config keys (dotted), eval.* checkpoint metrics."""
     prov = result.provenance or {}
-    row: dict[str, Any] = {"source": str(source.path), "label": source.label, "step": prov.get("step")}
+    row: dict[str, Any] = {"source": str(source.path), "label": source.label, "step": prov.get("step"),
+                           "param": "+".join(map(str, param)) if isinstance(param := prov.get("param"), list) else param,
+                           "layer": prov.get("layer"),
+                           "notes": "; ".join(prov.get("notes") or [])}
     row.update({k: float(v) for k, v in result.metrics.items()})
     for k, v in flatten(prov.get("config") or {}).items():
         row[k if k not in row else f"config.{k}"] = v

@@ -199,6 +199,30 @@ def test_sources_without_a_pe_table_are_skipped(noise_sweep, tmp_path, capsys, a
     assert not (tmp_path / "none").exists()
 
 
+def test_rows_say_which_table_they_measured(tmp_path, capsys, analyze_source_available):
+    import torch
+
+    from pe_probe.cli import main
+
+    g = grid_coords(4, 4)
+    for seed in (0, 1):
+        p = write_checkpoint(tmp_path / f"s{seed}.pt", planted(4, 0.2, seed), g, (4, 4), config={"seed": seed}, metrics={})
+        obj = torch.load(p, weights_only=True)
+        obj["model"]["blocks.1.pe.table"] = obj["model"].pop("pe.table")
+        obj["model"]["blocks.0.pe.table"] = obj["model"]["blocks.1.pe.table"] * 2
+        obj["pe_params"] = ["blocks.0.pe.table", "blocks.1.pe.table"]
+        torch.save(obj, p)
+    frame = compare([tmp_path / "s0.pt", tmp_path / "s1.pt"], tmp_path / "a", progress=False, analyze_kwargs={"n_perm": 0})
+    assert list(frame["param"]) == ["blocks.0.pe.table"] * 2 and list(frame["layer"]) == [0, 0]
+    assert all("analysing layer 0" in n for n in frame["notes"])
+    frame = compare([tmp_path / "s0.pt", tmp_path / "s1.pt"], tmp_path / "b", progress=False,
+                    analyze_kwargs={"n_perm": 0, "layer": "mean", "positions": "0:8"})
+    assert list(frame["param"]) == ["blocks.0.pe.table+blocks.1.pe.table"] * 2 and list(frame["layer"]) == ["mean"] * 2
+    assert list(frame["n_positions"]) == [8, 8]
+    assert main(["compare", str(tmp_path / "s0.pt"), str(tmp_path / "s1.pt"), "-o", str(tmp_path / "c"), "--layer", "all"]) == 2
+    assert "--layer N or --layer mean" in capsys.readouterr().err and not (tmp_path / "c").exists()
+
+
 def test_missing_source_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not found"):
         expand_sources([tmp_path / "nope.pt"])
