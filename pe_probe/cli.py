@@ -51,6 +51,12 @@ def _nonneg_int(text: str) -> int:
     return v
 
 
+def _folder(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder, e.g. --out out/report")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
                 "of its token positions? Load a PE table from any checkpoint and measure it against ground truth.",
@@ -81,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "over puzzles (our checkpoints)")
     a.add_argument("--attention-reference", metavar="CKPT", help="with --view attention: a reference checkpoint "
                    "(e.g. the 2D-sinusoid model) for the cosine similarity of attention maps")
-    a.add_argument("--out", "-o", metavar="DIR", help="report folder (metrics.json, metrics.csv, embedding.csv, "
+    a.add_argument("--out", "-o", type=_folder, metavar="DIR", help="report folder (metrics.json, metrics.csv, embedding.csv, "
                    "figures/, interactive.html, index.html); nothing is written without it")
     a.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
                    help="distance between PE rows (default: %(default)s); ground-truth distances are Euclidean")
@@ -112,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("sources", nargs="+", metavar="RUN_OR_CKPT",
                    help="run folders, checkpoints, tables or model folders; one run folder alone = its trajectory")
-    c.add_argument("--out", "-o", required=True, metavar="DIR",
+    c.add_argument("--out", "-o", type=_folder, required=True, metavar="DIR",
                    help="report folder: compare.csv, correlations.csv, figures/, index.html")
     c.add_argument("--by", metavar="CONFIG_KEY", help="config key for the x axis, dotted (e.g. pe.init_std)")
     c.add_argument("--ground-truth", "-g", metavar="SPEC",

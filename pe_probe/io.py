@@ -135,7 +135,7 @@ class _Store:
 def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Every tensor of a source as a numpy array, plus a metadata dict.
 
-    Metadata keys: ``source_kind``, ``sha256``, ``config``, ``pe_params``, ``ground_truth``
+    Metadata keys: ``source`` (the path given), ``source_kind``, ``sha256``, ``config``, ``pe_params``, ``ground_truth``
     (a GroundTruth or None), ``step``, ``epoch``, ``metrics``, ``raw`` (True when the source is a
     single unnamed table, stored under the name ``"table"``), ``notes``.
     """
@@ -246,7 +246,8 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
     if not path.exists():
         raise InputError(f"{path}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
                          f".npy, .npz, .csv or .pt file")
-    meta: dict[str, Any] = {"source_kind": "", "sha256": "", "config": None, "pe_params": None,
+    meta: dict[str, Any] = {"source": os.fspath(source), "source_kind": "", "sha256": "", "config": None,
+                            "pe_params": None,
                             "ground_truth": None, "step": None, "epoch": None, "metrics": None, "raw": False,
                             "notes": []}
     if path.is_dir():
@@ -316,8 +317,13 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
             return _open_safetensors(files), meta
         stores = [_from_torch_object(_torch_load(f), f, dict(meta))[0] for f in files]
         return _merge(stores), meta
+    hint = ""
+    if (folder / "last.pt").exists():
+        hint = f" (a training run folder: analyse {folder / 'last.pt'}, or compare the run's checkpoints with pe-probe compare {folder})"
+    elif any((sub / "last.pt").exists() for sub in folder.iterdir() if sub.is_dir()):
+        hint = f" (a folder of runs: pass each run's last.pt, or compare them with pe-probe compare {folder}/*/)"
     raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin in this folder; give a Hugging Face "
-                     f"model folder with PyTorch or safetensors weights")
+                     f"model folder with PyTorch or safetensors weights{hint}")
 
 
 def _open_safetensors(files: list[Path]) -> _Store:
@@ -622,10 +628,12 @@ def _as_table(store: _Store, name: str, label: str) -> np.ndarray:
     while arr.ndim > 2 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 2:
+        fix = "reshape it to (positions, dims) and save it again" if raw else "pass --param NAME of such a tensor"
         raise InputError(f"{label}: has shape {shape}; a PE table must be 2-D (positions x dims) after dropping "
-                         f"leading 1s; pass --param NAME of such a tensor")
+                         f"leading 1s; {fix}")
     if arr.shape[1] == 0:
-        raise InputError(f"{label}: has shape {shape}, no dimensions per position; pass --param NAME of a real table")
+        fix = "save a table with at least one column" if raw else "pass --param NAME of a real table"
+        raise InputError(f"{label}: has shape {shape}, no dimensions per position; {fix}")
     if not np.all(np.isfinite(arr)):
         bad = int(np.argwhere(~np.isfinite(arr))[0, 0])
         raise InputError(f"{label}: contains NaN or Inf (first in row {bad}); the table must be finite")

@@ -122,7 +122,7 @@ def view_tables(
         raise InputError(f"unknown view {view!r}; choose one of {', '.join(VIEWS)}")
     meta = meta or {}
     store = _Store.from_arrays(state)
-    src = "source"
+    src = str(meta.get("source") or "source")
     names = [_resolve_param(store, pe_param, src)] if pe_param is not None else find_pe_params(state, meta)
     per_layer = len(names) > 1
     all_layers = isinstance(layer, str) and layer.strip().lower() == "all"
@@ -370,7 +370,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     """({head: (table, info)}, ground truth of the viewed rows or None) for one table; head None = all heads."""
     P = _as_table(store, name, name).astype(np.float64)
     gt = meta.get("ground_truth")
-    extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt, "source")
+    extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt, str(meta.get("source") or "source"))
     notes = [note] if extra else []
     P = P[extra:]
     span, n_rows = None, P.shape[0]

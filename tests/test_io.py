@@ -367,6 +367,20 @@ def test_empty_pe_params_is_never_overridden_by_names(tmp_path, grid_table) -> N
         load_table(tmp_path / "plain.pt")
 
 
+def test_run_folders_given_as_model_folders_get_the_right_hint(tmp_path, grid_table) -> None:
+    run = tmp_path / "sweep" / "run-0"
+    run.mkdir(parents=True)
+    torch.save(_checkpoint(grid_table), run / "last.pt")
+    with pytest.raises(InputError, match=r"a training run folder: analyse .*last\.pt"):
+        load_table(run)
+    with pytest.raises(InputError, match=r"a folder of runs: .*pe-probe compare .*sweep/\*/"):
+        load_table(tmp_path / "sweep")
+    np.save(tmp_path / "t3.npy", np.zeros((4, 4, 4)))
+    with pytest.raises(InputError, match="reshape it") as e:  # a raw table has no --param to pass
+        load_table(tmp_path / "t3.npy")
+    assert "--param" not in str(e.value)
+
+
 def test_nan_names_the_tensor(tmp_path, grid_table) -> None:
     bad = grid_table.copy()
     bad[5, 2] = np.nan
