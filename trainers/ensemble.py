@@ -63,9 +63,9 @@ from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, compiled_step, epoch_seed, ground_truth,
-    fused_adamw_supported, in_layout_of, load_splits, make_optimizer, prepare_run_dir, read_ood_puzzles,
-    save_run_checkpoint, seed_everything,
+    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, check_run_dir, checked_splits, compiled_step, epoch_seed,
+    fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint, seed_everything,
+    start_run_dir,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -458,6 +458,7 @@ class _Member:
     out: Path
     model: PETransformer
     resume: dict[str, Any] | None
+    splits: dict[str, Any]  # the puzzles of its data config (`checked_splits`), shared by the members that use them
 
 
 def train_ensemble(
@@ -508,17 +509,24 @@ def train_ensemble(
         seed_everything(cfg.seed)  # the same init as `train`
         models.append(PETransformer(cfg.model, cfg.pe, torch.as_tensor(gt.coords)))
 
-    for cfg in {c.data.ood_puzzles: c for c in cfgs}.values():  # a bad --ood-puzzles file: before any folder
-        read_ood_puzzles(cfg)
+    # every folder checked, and the data of every member still to train made, before any folder is written
+    resumes = [check_run_dir(cfg, out, force) for cfg, out in zip(cfgs, outs)]
+    to_train = [i for i, (cfg, r) in enumerate(zip(cfgs, resumes)) if r is None or r["epoch"] < cfg.optim.epochs]
+    splits_of = {}  # data config -> puzzles (a bad --ood-puzzles file or data options fail here)
+    for i in to_train:
+        key = json.dumps(cfgs[i].to_dict()["data"], sort_keys=True)
+        if key not in splits_of:
+            splits_of[key] = checked_splits(cfgs[i])
     groups: dict[tuple[str, int], list[_Member]] = {}
-    for i, (cfg, out, model) in enumerate(zip(cfgs, outs, models)):
-        resume = prepare_run_dir(cfg, out, force)
-        if resume is not None and resume["epoch"] >= cfg.optim.epochs:
+    for i, (cfg, out, model, resume) in enumerate(zip(cfgs, outs, models, resumes)):
+        if i not in to_train:
             log(f"{out}: run already finished at epoch {resume['epoch']}")
             results[i] = dict(resume["metrics"])
             continue
+        start_run_dir(cfg, out, resume)
         start = resume["epoch"] if resume is not None else 0
-        groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume))
+        splits = splits_of[json.dumps(cfg.to_dict()["data"], sort_keys=True)]
+        groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume, splits))
 
     jobs = []
     for members in groups.values():
@@ -677,11 +685,9 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
         log(f"{name_of}: resuming from epoch {start_epoch} (step {step})")
     base = template_model(members[0].model)
 
-    splits = {name: encode_split(ps, device) for name, ps in load_splits(cfg0).items()}
+    splits = {name: encode_split(ps, device) for name, ps in members[0].splits.items()}  # one data config per group
     train_split = splits["train"]
     n_train = len(train_split)
-    if n_train == 0:
-        raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
     version = code_version()  # git once for the group
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,

@@ -90,6 +90,14 @@ def load_splits(cfg: TrainConfig) -> dict[str, Any]:
     )
 
 
+def checked_splits(cfg: TrainConfig) -> dict[str, Any]:
+    """`load_splits`, refusing (InputError) a training set left empty by the data options."""
+    splits = load_splits(cfg)
+    if len(splits["train"]) == 0:
+        raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
+    return splits
+
+
 def check_cuda_graphs(device: torch.device, cuda_graphs: bool) -> None:
     if cuda_graphs and device.type != "cuda":
         raise InputError(f"--cuda-graphs needs a CUDA device (got {device.type}); use --device cuda, or --compile on the CPU")
@@ -218,10 +226,21 @@ def _write_text_atomic(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+RUN_FILES = (LAST, METRICS_FILE, CONFIG_FILE, PROVENANCE_FILE)  # what a run writes in its folder, with CKPT_DIR
+
+
+def _is_run_temp(name: str) -> bool:
+    """A temp file `atomic_write` left behind when the process was killed mid-write (``.last.pt.x1y2.tmp``)."""
+    return name.endswith(".tmp") and any(name.startswith(f".{f}.") for f in RUN_FILES)
+
+
 def _clear_run(out: Path) -> None:
     """Remove what a previous run wrote (only our own files)."""
-    for name in (LAST, METRICS_FILE, CONFIG_FILE, PROVENANCE_FILE):
+    for name in RUN_FILES:
         (out / name).unlink(missing_ok=True)
+    for p in out.glob(".*.tmp"):
+        if _is_run_temp(p.name):
+            p.unlink(missing_ok=True)
     if (out / CKPT_DIR).is_dir():
         shutil.rmtree(out / CKPT_DIR)
 
@@ -240,42 +259,64 @@ def _trim_metrics(path: Path, max_epoch: int) -> None:
     _write_text_atomic(path, "".join(line + "\n" for line in keep))
 
 
-def prepare_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:
-    """Create / check the run folder; return the checkpoint to resume from, or None to start fresh.
+def _read_config(out: Path) -> dict[str, Any]:
+    try:
+        return json.loads((out / CONFIG_FILE).read_text())
+    except ValueError:
+        raise InputError(f"{out / CONFIG_FILE} is not valid JSON; use --force to restart the run in {out}") from None
 
-    A folder with ``last.pt`` is resumed only with the same config (``force`` restarts instead); a
-    folder without one holds nothing to protect and is (re)started.
+
+def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:
+    diff = config_differences(old, new)
+    if diff:
+        a, b = _flatten(old), _flatten(new)
+        shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:3])
+        raise InputError(f"{out} holds {what} with a different config: {shown}; use another --out, or --force to restart")
+
+
+def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:
+    """Whether ``out`` may take this run, and the checkpoint to resume from (None: start fresh); writes nothing.
+
+    A folder with ``last.pt`` is resumed only with the same config. Without one, a folder may hold only
+    what this same run wrote before its first checkpoint (config.json, metrics.jsonl, provenance.jsonl),
+    which a fresh start replaces; anything else (another program's files, step checkpoints whose
+    ``last.pt`` was removed) is refused rather than deleted. ``force`` restarts, deleting the run files.
     """
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a run folder; choose another path")
+    if force or not out.is_dir():
+        return None
+    new = cfg.to_dict()
+    if (out / LAST).exists():
+        if not (out / CONFIG_FILE).exists():
+            raise InputError(f"{out} has {LAST} but no {CONFIG_FILE}; use another --out, or --force to restart")
+        _refuse_other_config(out, _read_config(out), new, "a run")
+        resume = load_checkpoint(out / LAST)
+        if "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
+            raise InputError(f"{out / LAST} holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
+                             "run cannot resume exactly; use --force to restart it")
+        return resume
+    names = {p.name for p in out.iterdir() if not _is_run_temp(p.name)}
+    other = sorted(names - {CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE})
+    if other:
+        what = (f"{CKPT_DIR}/ but no {LAST} to resume from" if other == [CKPT_DIR] else
+                f"files that are not this run's ({', '.join(other[:4])}{', ...' if len(other) > 4 else ''})")
+        raise InputError(f"--out {out} holds {what}; choose another --out, or pass --force to start over there "
+                         f"(which deletes its {', '.join(RUN_FILES)} and {CKPT_DIR}/)")
+    if CONFIG_FILE in names:
+        _refuse_other_config(out, _read_config(out), new, "the start of a run")
+    return None
+
+
+def start_run_dir(cfg: TrainConfig, out: Path, resume: dict[str, Any] | None) -> None:
+    """Create the run folder for a run `check_run_dir` accepted; a fresh start clears earlier run files."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another folder") from None
-    new = cfg.to_dict()
-    cfg_path = out / CONFIG_FILE
-    if force:
-        _clear_run(out)
-    elif (out / LAST).exists():
-        if not cfg_path.exists():
-            raise InputError(f"{out} has {LAST} but no {CONFIG_FILE}; use another --out, or --force to restart")
-        try:
-            old = json.loads(cfg_path.read_text())
-        except ValueError:
-            raise InputError(f"{cfg_path} is not valid JSON; use --force to restart the run in {out}") from None
-        diff = config_differences(old, new)
-        if diff:
-            a, b = _flatten(old), _flatten(new)
-            shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:3])
-            raise InputError(f"{out} holds a run with a different config: {shown}; use another --out, or --force to restart")
-    resume = load_checkpoint(out / LAST) if (out / LAST).exists() else None
-    if resume is not None and "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
-        raise InputError(f"{out / LAST} holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
-                         "run cannot resume exactly; use --force to restart it")
     if resume is None:
-        _clear_run(out)  # leftovers of a run that never reached its first checkpoint
-    _write_text_atomic(cfg_path, json.dumps(new, indent=2) + "\n")
-    return resume
+        _clear_run(out)
+    _write_text_atomic(out / CONFIG_FILE, json.dumps(cfg.to_dict(), indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,18 +416,17 @@ def train(
     step_model, mark_step, autocast, precision, speed = speed_setup(model, device, compile=compile, bf16=bf16,
                                                                    cuda_graphs=cuda_graphs, tf32=tf32)
 
-    read_ood_puzzles(cfg)  # a bad --ood-puzzles file fails here, before the run folder is touched
-    resume = prepare_run_dir(cfg, out, force)
+    resume = check_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
         log(f"{out}: run already finished at epoch {resume['epoch']} (ood_acc {resume['metrics'].get('ood_acc', float('nan')):.3f})")
         return dict(resume["metrics"])
 
-    # data, once, as tensors on the device
-    splits = {name: encode_split(ps, device) for name, ps in load_splits(cfg).items()}
+    # data, once, as tensors on the device (a bad --ood-puzzles file or data options fail here, before
+    # the run folder is touched)
+    splits = {name: encode_split(ps, device) for name, ps in checked_splits(cfg).items()}
     train_split = splits["train"]
     n_train = len(train_split)
-    if n_train == 0:
-        raise InputError("no training puzzles left after filtering; lower --min-jaccard or raise --n-per-level")
+    start_run_dir(cfg, out, resume)
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
     record_session(out, trainer="single", device=str(device), start_epoch=start_epoch,

@@ -28,8 +28,8 @@ from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
-from trainers.train import (epoch_seed, make_optimizer, prepare_run_dir, record_evaluation, restore_run,
-                            save_run_checkpoint, seed_everything, speed_setup)
+from trainers.train import (check_run_dir, epoch_seed, make_optimizer, record_evaluation, restore_run,
+                            save_run_checkpoint, seed_everything, speed_setup, start_run_dir)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
 
@@ -172,7 +172,7 @@ def train_masked(
     step_model, mark_step, autocast, precision, speed = speed_setup(model, device, compile=compile, bf16=bf16,
                                                                    cuda_graphs=cuda_graphs, tf32=tf32)
 
-    resume = prepare_run_dir(cfg, out, force)
+    resume = check_run_dir(cfg, out, force)
     if resume is not None and resume["epoch"] >= cfg.optim.epochs:
         log(f"{out}: run already finished at epoch {resume['epoch']} (ood_mse {resume['metrics'].get('ood_mse', float('nan')):.4f})")
         return dict(resume["metrics"])
@@ -180,6 +180,7 @@ def train_masked(
     splits = build_splits(cfg, data, device)
     train_x = splits["train"].x
     n_train, n_tok = train_x.shape[0], train_x.shape[1]
+    start_run_dir(cfg, out, resume)
 
     start_epoch, step, metrics, elapsed = restore_run(resume, model, optimizer, out, log)
     record_session(out, trainer="masked", device=str(device), start_epoch=start_epoch, torch_threads=torch.get_num_threads(),

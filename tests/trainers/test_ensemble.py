@@ -365,6 +365,14 @@ def test_bad_settings_fail_before_any_run_folder_is_written(tmp_path):
     with pytest.raises(InputError):  # the second member's PE does not fit its width: nothing written for the first
         train_ensemble([tiny(), tiny(seed=1, **{"pe.kind": "sin3d", "model.d_model": 16})], outs, log=quiet)
     assert not any(o.exists() for o in outs)
+    with pytest.raises(InputError, match="--min-jaccard"):  # data that cannot be made: no folder either
+        train_ensemble([tiny(**{"data.min_jaccard": 1.0}), tiny(seed=1, **{"data.min_jaccard": 1.0})], outs, log=quiet)
+    assert not any(o.exists() for o in outs)
+    train(tiny(seed=5), outs[1], log=quiet)  # the second member's folder holds another run
+    before = {p: p.read_bytes() for p in outs[1].rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match="different config: seed"):
+        train_ensemble([tiny(), tiny(seed=1)], outs, log=quiet)
+    assert not outs[0].exists() and {p: p.read_bytes() for p in outs[1].rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("fused", [True, False])

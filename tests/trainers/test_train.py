@@ -234,3 +234,51 @@ def test_a_step_checkpoint_copied_over_last_is_refused_with_a_one_line_error(tmp
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     train(cfg, run, log=quiet, force=True)  # the way out the message names
     assert load_checkpoint(run / "last.pt")["epoch"] == 2
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_folder_that_is_not_this_run_is_refused_untouched(tmp_path):
+    """No last.pt to resume from: only this run's own early files may be replaced, never another
+    program's files or step checkpoints whose last.pt was removed; --force is the way out."""
+    cfg = tiny_config(**{"optim.epochs": 2, "ckpt_every": 1, "model.dropout": 0.0})
+    foreign = tmp_path / "hf"
+    (foreign / "checkpoints").mkdir(parents=True)
+    (foreign / "checkpoints" / "ckpt-1000.bin").write_text("precious")
+    (foreign / "notes.txt").write_text("mine")
+    run = tmp_path / "run"
+    train(cfg, run, log=quiet)
+    (run / "last.pt").unlink()
+    for folder, needle in ((foreign, "not this run's"), (run, "checkpoints/ but no last.pt")):
+        before = snapshot(folder)
+        with pytest.raises(InputError, match=needle + ".*--force") as e:
+            train(cfg, folder, log=quiet)
+        assert "\n" not in str(e.value) and snapshot(folder) == before
+    train(cfg, run, log=quiet, force=True)
+    assert load_checkpoint(run / "last.pt")["epoch"] == 2
+    # what a run writes before its first checkpoint is replaced by the same config, refused for another
+    early = tmp_path / "early"
+    early.mkdir()
+    (early / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (early / "provenance.jsonl").write_text("{}\n")
+    (early / ".last.pt.abc123.tmp").write_bytes(b"torn")  # a kill mid-write
+    other = tiny_config(**{"optim.epochs": 2, "ckpt_every": 1, "model.dropout": 0.0, "seed": 8})
+    with pytest.raises(InputError, match="the start of a run with a different config: seed"):
+        train(other, early, log=quiet)
+    train(cfg, early, log=quiet)
+    assert load_checkpoint(early / "last.pt")["epoch"] == 2 and not (early / ".last.pt.abc123.tmp").exists()
+
+
+def test_data_errors_leave_no_folder_and_force_keeps_the_old_run_until_data_is_made(tmp_path):
+    bad = tiny_config(**{"data.min_jaccard": 1.0})  # no puzzle can be that far from every held-out one
+    with pytest.raises(InputError, match="--min-jaccard"):
+        train(bad, tmp_path / "new", log=quiet)
+    assert not (tmp_path / "new").exists()
+    run = tmp_path / "run"
+    train(tiny_config(**{"optim.epochs": 1}), run, log=quiet)
+    before = snapshot(run)
+    with pytest.raises(InputError, match="--min-jaccard"):
+        train(bad, run, force=True, log=quiet)
+    assert snapshot(run) == before
