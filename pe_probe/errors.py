@@ -1,6 +1,7 @@
 """Exceptions that separate bad user input (exit code 2) from internal errors (exit code 1)."""
 
 import argparse
+import re
 import sys
 from typing import NoReturn
 
@@ -27,6 +28,18 @@ def first_line(e: BaseException) -> str:
     """An exception's first message line (its type name when it has none): for one-line errors."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def torch_load_reason(e: BaseException) -> str:
+    """torch's reason for refusing a file, as one plain line: no terminal colour codes, and never its
+    advice to retry with weights_only=False (which would run whatever code an untrusted file holds)."""
+    text = _ANSI.sub("", first_line(e))
+    if "weights only load failed" in text.lower() or "weights_only" in text:
+        return "torch's weights-only reader refused it"
+    return text
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):

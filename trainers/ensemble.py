@@ -63,9 +63,9 @@ from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, check_run_dir, checked_splits, compiled_step, epoch_seed,
-    fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint, seed_everything,
-    start_run_dir,
+    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, check_run_dir, checked_splits, checkpoints_at, compiled_step,
+    epoch_seed, evaluates_at, fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint,
+    seed_everything, start_run_dir,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -721,8 +721,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
             step += 1
 
         done = epoch + 1
-        last = done == epochs
-        if done % cfg0.eval_every == 0 or last:
+        if evaluates_at(cfg0, done):
             metrics = [{} for _ in members]
             for name, split in splits.items():
                 for k, mk in enumerate(ensemble_split_metrics(base, stack, split, name, amp=autocast)):
@@ -740,7 +739,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                 log(f"{name_of}: epoch {done}/{epochs} step {step}: train_loss mean "
                     f"{sum(mk['train_loss'] for mk in metrics) / K:.4f}  ood_acc min/mean/max "
                     f"{ood.min():.3f}/{ood.mean():.3f}/{ood.max():.3f}")
-        if done % cfg0.ckpt_every == 0 or last:
+        if checkpoints_at(cfg0, done):
             checkpoint(done)
     return metrics
 

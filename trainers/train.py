@@ -90,6 +90,17 @@ def load_splits(cfg: TrainConfig) -> dict[str, Any]:
     )
 
 
+def evaluates_at(cfg: Any, epoch: int) -> bool:
+    """Whether the trainers evaluate after ``epoch`` (counted from 1): every ``eval_every`` epochs, at the
+    last, and at every checkpoint, so a checkpoint's metrics are those of its own epoch (DESIGN.md)."""
+    return epoch % cfg.eval_every == 0 or checkpoints_at(cfg, epoch)
+
+
+def checkpoints_at(cfg: Any, epoch: int) -> bool:
+    """Whether the trainers write a checkpoint after ``epoch``: every ``ckpt_every`` epochs and at the last."""
+    return epoch % cfg.ckpt_every == 0 or epoch == cfg.optim.epochs
+
+
 def checked_splits(cfg: TrainConfig) -> dict[str, Any]:
     """`load_splits`, refusing (InputError) a training set left empty by the data options."""
     splits = load_splits(cfg)
@@ -462,8 +473,7 @@ def train(
             bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}", acc=f"{correct.item() / seen:.3f}")
 
         done = epoch + 1
-        last = done == epochs
-        if done % cfg.eval_every == 0 or last:
+        if evaluates_at(cfg, done):
             metrics = {}
             for name, split in splits.items():
                 metrics.update(split_metrics(model, split, name))
@@ -472,7 +482,7 @@ def train(
                    f"ood_acc {metrics.get('ood_acc', float('nan')):.3f}")
             record_evaluation(out, metrics, epoch=done, step=step, seconds=elapsed + time.time() - t0, msg=msg,
                               bar=bar, log=log)
-        if done % cfg.ckpt_every == 0 or last:
+        if checkpoints_at(cfg, done):
             checkpoint(done)
     bar.close()
     return metrics

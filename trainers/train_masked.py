@@ -28,8 +28,8 @@ from trainers.config import MaskedTrainConfig, validate_masked
 from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
-from trainers.train import (check_run_dir, epoch_seed, make_optimizer, record_evaluation, restore_run,
-                            save_run_checkpoint, seed_everything, speed_setup, start_run_dir)
+from trainers.train import (check_run_dir, checkpoints_at, epoch_seed, evaluates_at, make_optimizer, record_evaluation,
+                            restore_run, save_run_checkpoint, seed_everything, speed_setup, start_run_dir)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
 
@@ -213,15 +213,14 @@ def train_masked(
             bar.set_postfix(loss=f"{loss_sum.item() / seen:.4f}")
 
         done = epoch + 1
-        last = done == epochs
-        if done % cfg.eval_every == 0 or last:
+        if evaluates_at(cfg, done):
             metrics = {"train_loss": loss_sum.item() / seen, **all_metrics(model, splits)}
             msg = (f"epoch {done}/{epochs} step {step}: train_mse {metrics['train_mse']:.4f} "
                    f"test_mse {metrics['test_mse']:.4f} ood_mse {metrics['ood_mse']:.4f} "
                    f"(zero: {metrics['ood_mse_zero']:.4f})")
             record_evaluation(out, metrics, epoch=done, step=step, seconds=elapsed + time.time() - t0, msg=msg,
                               bar=bar, log=log)
-        if done % cfg.ckpt_every == 0 or last:
+        if checkpoints_at(cfg, done):
             checkpoint(done)
     bar.close()
     return metrics

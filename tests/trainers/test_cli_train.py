@@ -213,3 +213,36 @@ def test_compiled_training_matches_eager_within_tolerance(tmp_path):
     b = torch.load(tmp_path / "compiled" / "last.pt", weights_only=True)
     for name, t in a["model"].items():
         torch.testing.assert_close(b["model"][name], t, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("key,needle", [("foo.bar", "not a section"), ("model", "is a section"),
+                                        ("optim.foo", "unknown config key"), ("model.d_model.x", "unknown config key"),
+                                        ("data.window", "unknown config key")])
+def test_bad_dotted_keys_are_one_line_input_errors(key, needle):
+    from trainers.config import make_config, make_masked_config
+
+    with pytest.raises(InputError, match=needle) as e:
+        make_config("quick", {key: 3})
+    assert "\n" not in str(e.value)
+    assert make_masked_config("brain", "quick", {"data.window": 24}).data.window == 24  # a brain key there
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--ensemble-sigmas", "0.1,-1"], "--ensemble-sigmas value must be"),
+    (["--ensemble-seeds", "-1"], "--ensemble-seeds value must be"),
+    (["--ensemble-sigmas", "0.1,0.1000001"], "share the folder"),
+    (["--mlp-ratio", "0.001"], "width 0"),
+    (["--pe-init", "zeros", "--pe-init-std", "-1"], "--pe-init-std"),
+    (["--n-per-level", "5"], "no test puzzles per level"),
+])
+def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, needle):
+    with pytest.raises(InputError, match=needle) as e:
+        train_main(["lst", "--out", str(tmp_path / "r"), *argv])
+    assert "\n" not in str(e.value) and not (tmp_path / "r").exists()
+
+
+def test_brain_test_subjects_listed_twice_are_refused():
+    from trainers.config import make_masked_config
+
+    with pytest.raises(InputError, match="twice"):
+        make_masked_config("brain", "quick", {"data.test_subjects": "101309, 101309"})

@@ -282,3 +282,20 @@ def test_data_errors_leave_no_folder_and_force_keeps_the_old_run_until_data_is_m
     with pytest.raises(InputError, match="--min-jaccard"):
         train(bad, run, force=True, log=quiet)
     assert snapshot(run) == before
+
+
+def test_every_checkpoint_carries_the_metrics_of_its_own_epoch(tmp_path):
+    """--ckpt-every not a multiple of --eval-every: the checkpoint epochs are evaluated too (they carried
+    no metrics, or an older epoch's)."""
+    from trainers.ensemble import train_ensemble
+
+    cfg = tiny_config(**{"optim.epochs": 5, "eval_every": 2, "ckpt_every": 3, "model.dropout": 0.0})
+    train(cfg, tmp_path / "solo", log=quiet)
+    train_ensemble([cfg], [tmp_path / "ens"], log=quiet)
+    for run in (tmp_path / "solo", tmp_path / "ens"):
+        by_epoch = {d["epoch"]: d for d in metric_lines(run)}
+        assert sorted(by_epoch) == [2, 3, 4, 5]
+        for path in sorted((run / "checkpoints").glob("step-*.pt")):
+            ck = load_checkpoint(path)
+            expected = {k: v for k, v in by_epoch[ck["epoch"]].items() if k not in ("epoch", "step")}
+            assert ck["metrics"] == pytest.approx(expected), path
