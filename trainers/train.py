@@ -238,6 +238,10 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 RUN_FILES = (LAST, METRICS_FILE, CONFIG_FILE, PROVENANCE_FILE)  # what a run writes in its folder, with CKPT_DIR
+# What pe-probe's own sweep pipelines (analyses.lst: runner, ray_runner, analyse) put in a run folder: the
+# run's spec and log, written before the trainer starts, and the analysis cache. They belong to the run:
+# `check_run_dir` accepts them and a fresh start keeps them.
+PIPELINE_FILES = ("spec.json", "train.log", "analysis.json")
 
 
 def _is_run_temp(name: str) -> bool:
@@ -290,7 +294,7 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
 
     A folder with ``last.pt`` is resumed only with the same config. Without one, a folder may hold only
     what this same run wrote before its first checkpoint (config.json, metrics.jsonl, provenance.jsonl),
-    which a fresh start replaces; anything else (another program's files, step checkpoints whose
+    which a fresh start replaces, and the sweep pipelines' `PIPELINE_FILES`; anything else (another program's files, step checkpoints whose
     ``last.pt`` was removed) is refused rather than deleted. ``force`` restarts, deleting the run files.
     """
     if out.exists() and not out.is_dir():
@@ -308,7 +312,7 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
                              "run cannot resume exactly; use --force to restart it")
         return resume
     names = {p.name for p in out.iterdir() if not _is_run_temp(p.name)}
-    other = sorted(names - {CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE})
+    other = sorted(names - {CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, *PIPELINE_FILES})
     if other:
         what = (f"{CKPT_DIR}/ but no {LAST} to resume from" if other == [CKPT_DIR] else
                 f"files that are not this run's ({', '.join(other[:4])}{', ...' if len(other) > 4 else ''})")

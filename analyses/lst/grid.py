@@ -12,6 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pe_probe.errors import InputError
+
 # The study's sigma grid as used by us: 10 values (``default``) or 0.1..2.0 step 0.1 (``full``).
 SIGMAS_DEFAULT = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0)
 SIGMAS_FULL = tuple(round(0.1 * i, 1) for i in range(1, 21))
@@ -137,8 +139,16 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
     # evaluate at least at every checkpoint (so each checkpoint carries fresh metrics), and as often as the preset
     eval_every = math.gcd(PRESET_EVAL_EVERY[preset], ckpt_every)
     base: dict[str, Any] = {"optim.epochs": n_epochs, "ckpt_every": ckpt_every, "eval_every": eval_every}
+    # the builders below set some keys themselves (pe.*, seed, the controls' optimiser), after the base: a base
+    # override of one of them would be dropped without a word, so it is refused
+    own = grid_keys(_build(preset, base, sig, n_seeds, n_type, n_ctrl, include), base, include)
+    check_base_overrides(base_overrides or {}, own, include)
     base.update(base_overrides or {})
+    return _build(preset, base, sig, n_seeds, n_type, n_ctrl, include)
 
+
+def _build(preset: str, base: dict[str, Any], sig: tuple[float, ...], n_seeds: int, n_type: int, n_ctrl: int,
+           include: tuple[str, ...]) -> list[RunSpec]:
     specs: list[RunSpec] = []
     for seed in range(max(n_seeds, n_type, n_ctrl)):
         # priority within a seed: the sigma grid (+ the sin2d reference), then controls, then PE types
@@ -166,3 +176,46 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
     names = [s.name for s in specs]
     assert len(names) == len(set(names)), "duplicate run names in the grid"
     return specs
+
+
+# How to change what a grid-set key controls, for the error that refuses it as a --set
+_GRID_KEY_FIX = {
+    "seed": "the runs' seeds are 0..N-1: set N with --seeds (--sigma-seeds for the sigma grid alone)",
+    "pe.init_std": "the learned tables' sigmas come from --sigmas",
+    "pe.kind": "each group fixes the PE types it compares: choose groups with --groups",
+    "pe.init": "each group fixes the PE types it compares: choose groups with --groups",
+    "pe.every_layer": "the placement group's tables are input-only, the other groups' in every layer: choose groups "
+                      "with --groups",
+}
+
+
+def grid_keys(specs: list[RunSpec], base: dict[str, Any], include: tuple[str, ...] = GROUPS) -> dict[str, list[str]]:
+    """The config keys the grid sets per run on top of ``base`` (pe.*, seed, the controls' optimiser
+    settings) -> the selected groups (in `GROUPS` order) whose runs set them. The sigma grid's sin2d
+    references are tagged pe_type: without that group they count as the sigma group's runs."""
+    out: dict[str, set[str]] = {}
+    for s in specs:
+        group = s.tags["group"] if s.tags["group"] in include else "sigma"
+        for key in s.overrides:
+            if key not in base:
+                out.setdefault(key, set()).add(group)
+    return {k: [g for g in GROUPS if g in v] for k, v in out.items()}
+
+
+def check_base_overrides(overrides: dict[str, Any], own: dict[str, list[str]], include: tuple[str, ...]) -> None:
+    """Refuse (one-line `InputError`) an override of a key in ``own`` (`grid_keys`), or of the section
+    holding one (``pe``): the grid's own value would replace it, so it would be ignored."""
+    clash = [k for k in overrides if k in own or any(o.startswith(k + ".") for o in own)]
+    if not clash:
+        return
+    key = clash[0]
+    groups = sorted({g for o, gs in own.items() if o == key or o.startswith(key + ".") for g in gs}, key=GROUPS.index)
+    fix = _GRID_KEY_FIX.get(key)
+    if fix is None:
+        others = [g for g in GROUPS if g in include and g not in groups]
+        fix = (f"to change it for the other runs, leave out {'/'.join(groups)} with --groups {','.join(others)}"
+               if others else "")
+    more = f" (also refused: {', '.join('--set ' + k for k in clash[1:])})" if clash[1:] else ""
+    what = repr(key) if key in own else f"{key}.* keys"  # a whole section such as pe
+    raise InputError(f"--set {key}: the runs of group(s) {', '.join(groups)} set {what} themselves, so this value "
+                     f"would be ignored there; {fix + ', or ' if fix else ''}drop the --set{more}")

@@ -11,9 +11,11 @@
 
 Finished runs (last.pt at the configured epoch) are skipped; unfinished ones resume from their
 last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json, progress to
-ROOT/sweep.log. Analyses are a separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
-Every run's config and the speed options are checked before anything is written: a bad ``--set`` or an
-option the device cannot run is a one-line error (exit 2).
+ROOT/sweep.log; ``--dry-run`` only prints the runs and their state, and writes nothing. Analyses are a
+separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
+Every run's config and the speed options are checked before anything is written: a bad ``--set``, a
+``--set`` of a key the grid sets itself (seed, pe.*, the controls' optimiser) or an option the device
+cannot run is a one-line error (exit 2).
 """
 
 from __future__ import annotations
@@ -112,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL")
     p.add_argument("--groups", default=",".join(GROUPS), help=f"subset of groups to run (default: all of {', '.join(GROUPS)})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="dotted config override for every run (e.g. device=cuda, model.d_model=8)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and their state, train nothing")
+                   help="dotted config override for every run (e.g. device=cuda, model.d_model=8); not for the keys "
+                        "the selected groups set themselves (seed, pe.*; with the control group optim.name, lr, momentum, "
+                        "weight_decay)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their state; train and write nothing")
     g = p.add_argument_group("speed (every run; not part of the runs' configs, so a sweep resumes with or without them)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast (a GPU, or a CPU with native bf16)")
     g.add_argument("--compile", action="store_true", help="torch.compile each run's training step (~25 s per run "
@@ -138,15 +142,24 @@ def main(argv: list[str] | None = None) -> int:
         check_grid(grid, args.backend, speed)
     except (InputError, ValueError) as e:
         msg = str(e).splitlines()[0]
-        if args.overrides:  # the config's checks name the trainer's flags; here the values came from --set
+        if args.overrides and not msg.startswith("--set "):  # the config's checks name the trainer's flags; here
+            # the values came from --set (messages that start with --set name it already)
             msg += f" (from --set {' --set '.join(args.overrides)})"
         p.error(msg)
     root = Path(args.state_dir) if url else Path(args.root)  # grid.json and sweep.log
-    root.mkdir(parents=True, exist_ok=True)
 
     def run_dir(s):
         return join(args.root, s.name) if url else root / s.name
 
+    todo = [s for s in grid if not run_is_finished(s, run_dir(s))]
+    summary = (f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
+               f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")
+    if args.dry_run:  # the plan only: no folder, grid.json or sweep.log
+        print(f"{time.strftime('%H:%M:%S')} {summary} [dry run: nothing written]", flush=True)
+        for s in grid:
+            print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
+        return 0
+    root.mkdir(parents=True, exist_ok=True)
     logf = open(root / "sweep.log", "a")
 
     def log(msg: str) -> None:
@@ -157,13 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (root / "grid.json").write_text(json.dumps({"preset": args.preset, "argv": sys.argv[1:] if argv is None else argv,
                                                  "runs": [s.to_dict() for s in grid]}, indent=1) + "\n")
-    todo = [s for s in grid if not run_is_finished(s, run_dir(s))]
-    log(f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
-        f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")
-    if args.dry_run:
-        for s in grid:
-            print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
-        return 0
+    log(summary)
     if args.backend == "ray":
         from analyses.lst.ray_runner import RayRunner
 

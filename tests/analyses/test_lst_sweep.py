@@ -18,6 +18,7 @@ import pytest
 from analyses.lst import grid as G
 from analyses.lst import runner as R
 from analyses.lst import sweep as S
+from pe_probe.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "model.d_model=8", "--set", "data.n_per_level=30"]
@@ -78,6 +79,29 @@ def test_train_args_map_every_override():
     assert g["learned_uniform-s0.1-seed0"].overrides["pe.init"] == "uniform"
     with pytest.raises(ValueError):
         G.RunSpec("x", "quick", {"model.norm": "pre"}).train_args("X")
+
+
+@pytest.mark.parametrize("include,overrides,key,groups", [
+    (("sigma",), {"pe.every_layer": False}, "pe.every_layer", "sigma"),
+    (("sigma",), {"seed": 7}, "seed", "sigma"),
+    (("sigma",), {"pe.init_std": 0.3}, "pe.init_std", "sigma"),
+    (("pe_type",), {"pe.kind": "none"}, "pe.kind", "pe_type"),
+    (G.GROUPS, {"optim.lr": 1e-3}, "optim.lr", "control"),  # only the control group's SGD runs set it
+    (("placement", "control"), {"pe.init": "uniform"}, "pe.init", "placement, control"),
+])
+def test_base_overrides_of_keys_the_grid_sets_are_refused(include, overrides, key, groups):
+    """The groups' own keys would replace a base override without a word: refused, naming key and groups."""
+    with pytest.raises(InputError) as e:
+        G.build_grid("quick", seeds=1, include=include, base_overrides={"model.d_model": 8, **overrides})
+    assert str(e.value).startswith(f"--set {key}: the runs of group(s) {groups} set {key!r} themselves")
+
+
+def test_base_overrides_of_keys_the_grid_leaves_alone_reach_every_run():
+    over = {"optim.lr": 2e-3, "model.d_model": 8, "optim.epochs": 3}  # no sigma-group run sets optim.lr
+    g = G.build_grid("quick", seeds=1, sigmas=(0.1, 2.0), include=("sigma", "placement"), base_overrides=over)
+    assert [s.config().optim.lr for s in g] == [2e-3] * len(g) == [2e-3] * 5
+    assert {(s.config().model.d_model, s.config().optim.epochs) for s in g} == {(8, 3)}
+    assert {s.config().pe.every_layer for s in g} == {True, False}  # the grid's own keys still vary per run
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -241,6 +265,20 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
     (["--cuda-graphs"], "--cuda-graphs needs the runs on a GPU"),
     (["--tf32"], "--tf32 needs the runs on a GPU"),
     (["--ensemble-max", "4"], "--ensemble-max needs --backend ensemble"),
+    # keys the selected groups set themselves: refused (the grid's value would silently win), dry run or not
+    (["--groups", "sigma", "--sigmas", "0.1", "--seeds", "1", "--dry-run", "--set", "pe.every_layer=false", "--set",
+      "seed=7"], "--set pe.every_layer: the runs of group(s) sigma set 'pe.every_layer' themselves"),
+    (["--groups", "sigma", "--set", "seed=7"], "so this value would be ignored there; the runs' seeds are 0..N-1: "
+                                               "set N with --seeds"),
+    (["--set", "seed=1.5", "--dry-run"], "--set seed: the runs of group(s) sigma, pe_type, placement, control"),
+    (["--set", "pe.every_layer=yes"], "--set pe.every_layer:"),
+    (["--set", "pe.init_std=0.3"], "sigmas come from --sigmas"),
+    (["--set", "optim.lr=0.001"], "--set optim.lr: the runs of group(s) control set 'optim.lr' themselves, so this "
+                                  "value would be ignored there; to change it for the other runs, leave out control "
+                                  "with --groups sigma,pe_type,placement, or drop the --set (see"),
+    (["--groups", "control", "--set", "optim.name=sgd"], "themselves, so this value would be ignored there; drop the "
+                                                         "--set (see"),
+    (["--groups", "sigma", "--set", "optim.lr=abc"], "--lr must be a finite number > 0, got 'abc'"),  # a key that applies
 ])
 def test_bad_sweep_input_is_a_one_line_error_before_anything_is_written(tmp_path, capsys, argv, needle):
     root = tmp_path / "sweep"
@@ -251,6 +289,38 @@ def test_bad_sweep_input_is_a_one_line_error_before_anything_is_written(tmp_path
     assert len(err.strip().splitlines()) == 1, err  # one line, no usage dump
     assert needle in err and "Traceback" not in err
     assert not root.exists()
+
+
+def test_a_set_of_a_key_the_selected_groups_leave_alone_is_accepted(tmp_path, capsys):
+    # optim.lr is set by the control group's SGD runs only: fine without that group
+    argv = ["--root", str(tmp_path / "s"), "--groups", "sigma,pe_type,placement", "--set", "optim.lr=0.002",
+            "--dry-run"]
+    assert S.main(argv) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys):
+    """--dry-run prints the plan (the runs and their state) and leaves ROOT as it was: no grid.json, no sweep.log."""
+    argv = ["--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "3", "--groups", "sigma", "--dry-run"]
+    fresh = tmp_path / "fresh"
+    assert S.main(["--root", str(fresh), *argv]) == 0
+    assert not fresh.exists()
+    out = capsys.readouterr().out
+    assert "sweep quick: 3 runs, 0 finished, 3 to train" in out and "  todo  sin2d-seed0" in out
+
+    root = tmp_path / "sweep"  # a sweep under way: its state is listed, nothing is added or changed
+    _fake_last(root / "learned-every-s0.1-seed0", 3)
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    assert S.main(["--root", str(root), *argv]) == 0
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+    out = capsys.readouterr().out
+    assert "1 finished, 2 to train" in out and "  done  learned-every-s0.1-seed0" in out
+    assert "  todo  learned-every-s2-seed0" in out
+
+    state = tmp_path / "state"  # the Ray backend's --state-dir (grid.json, sweep.log for a URL root) stays unmade too
+    argv_ray = ["--root", str(tmp_path / "r"), "--backend", "ray", "--state-dir", str(state), *argv]
+    assert S.main(argv_ray) == 0
+    assert not state.exists() and not (tmp_path / "r").exists()
 
 
 def test_keys_without_a_cli_flag_are_fine_for_the_in_process_backends(tmp_path):
