@@ -200,6 +200,31 @@ def test_custom_givens_and_bad_arguments():
         generate(-1)
 
 
+def test_shortfall_names_command_line_fixes(monkeypatch):
+    import trainers.tasks.lst_generate as gen
+
+    monkeypatch.setattr(gen, "_MAX_EMPTY_BATCHES", 2)  # give up fast
+    ood = generate(36, seed=5)
+    # every cell is some held-out puzzle's target, so every candidate shares that (cell, 5) pair with
+    # one of them: distance 1.0 is out of reach
+    assert set(np.argmax(ood.puzzles == TARGET, axis=1).tolist()) == set(range(16))
+    with pytest.raises(InputError) as info:
+        generate(50, seed=0, exclude=ood, min_jaccard=1.0)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("could not generate 50 Binary puzzles at Jaccard distance >= 1.0 from all 108 held-out")
+    assert "found 0" in msg and "lower --min-jaccard (default 0.8)" in msg
+    # no option that does not exist on the command line, and no fix that cannot help (none were found)
+    assert "givens" not in msg and "min_jaccard" not in msg and "--n-per-level" not in msg
+    # when some were found, asking for fewer is offered too
+    msg = gen._shortfall_message(0, 50, 23, 6, 11, ood, 0.84)
+    assert msg.endswith("lower --min-jaccard (default 0.8), or ask for fewer puzzles per level with --n-per-level")
+    assert "found 23" in msg
+    # from Python with a custom givens range and no held-out set: the range is the fix
+    with pytest.raises(InputError, match=r"found 0.*widen the givens range \(0-2 now, default 6-11\)$"):
+        generate(5, givens={"Binary": (0, 2)})
+
+
 def test_9000_puzzles_generate_fast():
     t0 = time.perf_counter()
     ps = generate(3000, seed=0)
@@ -329,17 +354,17 @@ def test_csv_lenient_formats(tmp_path):
     path = tmp_path / "study.csv"
     path.write_text(
         "id,Puzzles,solutions,Condition,notes\n"
-        "1,512300000000000,3,binary,lost one leading zero\n"
-        '2,"5123000000000000",4,TERNARY,quoted\n'
+        "1,512300000000000,3,quaternary,lost one leading zero\n"  # 3 has no other place in row 1
+        '2,"5123000000000000",4,BINARY,quoted\n'
         "\n"
-        "3,5123000000000000.0,4.0,Quaternary,spreadsheet floats\n"
+        "3,5123000000000000.0,4.0, Binary ,spreadsheet floats\n"
         '4,"[5, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]",4,Binary,list\n'
     )
     ps = read_puzzle_csv(path)
     assert len(ps) == 4
     assert "".join(map(str, ps.puzzles[0])) == "0512300000000000"
     assert np.all(ps.puzzles[1:] == np.array([5, 1, 2, 3] + [0] * 12))
-    assert ps.solutions.tolist() == [3, 4, 4, 4] and ps.levels.tolist() == [0, 1, 2, 0]
+    assert ps.solutions.tolist() == [3, 4, 4, 4] and ps.levels.tolist() == [2, 0, 0, 0]
 
 
 GOOD = "5123000000000000"
@@ -359,8 +384,20 @@ GOOD = "5123000000000000"
         (f"{GOOD},2,Binary", "solution 2 is impossible"),
         ("5120010000000000,3,Binary", "column 2"),  # shape 1 twice in column 2
         ("5110000000000000,3,Binary", "row 1"),
-        ("5100002000020000,3,Quaternary", "no 4x4 Latin square completes"),  # shape 2 forced at target
+        ("5100002000020000,3,Quaternary", "no 4x4 Latin square completes.*only shape 2"),  # 2 is forced
         (f"{GOOD},4", "expected 3 fields"),
+        # the answer must be unique: squares completing these givens put 1, 2 or 3 at the target
+        ("1234000000000005,1,Binary", "not unique.*shape 1, 2 or 3"),
+        ("5000000000000000,3,Ternary", "not unique.*shape 1, 2, 3 or 4"),
+        # givens that no Latin square completes, whatever the target (row 1 needs 4 in column 4, which has one)
+        ("1230000400005000,2,Binary", "no 4x4 Latin square completes this puzzle's givens"),
+        # 'condition' must be the level the one-step rules give (the generator's classifier)
+        (f"{GOOD},4,Ternary", "'condition' is Ternary, but the puzzle is Binary: the target's row or column alone"),
+        (f"{GOOD},4,Quaternary", "'condition' is Quaternary, but the puzzle is Binary"),
+        ("0512300000000000,3,Binary", "'condition' is Binary, but the puzzle is Quaternary.*hidden single"),
+        ("5120300000000000,4,Binary", "'condition' is Binary, but the puzzle is Ternary"),
+        # a unique answer that takes several steps: no level
+        ("4000021001000050,3,Quaternary", "no single rule.*several steps"),
     ],
 )
 def test_csv_malformed_rows_name_file_and_line(tmp_path, row, match):
@@ -370,6 +407,67 @@ def test_csv_malformed_rows_name_file_and_line(tmp_path, row, match):
         read_puzzle_csv(path)
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith(f"{path} line 4:"), msg
+
+
+def test_csv_refusals_say_how_to_fix(tmp_path):
+    path = tmp_path / "p.csv"
+    for row, fix in [
+        ("1234000000000005,1,Binary", "add givens until only 1 fits"),
+        (f"{GOOD},4,Ternary", "write Binary in 'condition'"),
+    ]:
+        path.write_text(f"puzzles,solutions,condition\n{row}\n")
+        with pytest.raises(InputError, match=fix):
+            read_puzzle_csv(path)
+
+
+def test_csv_first_bad_line_wins(tmp_path):
+    # The answer checks run over all rows at once after reading; a format error further down must not
+    # hide a bad answer above it.
+    path = tmp_path / "p.csv"
+    path.write_text(f"puzzles,solutions,condition\n{GOOD},4,Binary\n1234000000000005,1,Binary\n{GOOD},x,Binary\n")
+    with pytest.raises(InputError, match=f"^{path} line 3: the answer is not unique"):
+        read_puzzle_csv(path)
+    path.write_text(f"puzzles,solutions,condition\n{GOOD},x,Binary\n1234000000000005,1,Binary\n")
+    with pytest.raises(InputError, match=f"^{path} line 2: 'solutions'"):
+        read_puzzle_csv(path)
+
+
+def test_csv_accepts_every_generated_puzzle(big, tmp_path):
+    # The reader's uniqueness and level checks are the generator's: all of its puzzles load back.
+    path = tmp_path / "big.csv"
+    write_puzzle_csv(big, path)
+    back = read_puzzle_csv(path)
+    assert np.array_equal(back.puzzles, big.puzzles) and np.array_equal(back.levels, big.levels)
+    assert np.array_equal(back.solutions, big.solutions)
+
+
+def test_csv_level_and_answer_checks_match_plain_checker(tmp_path):
+    # Random puzzles, labelled with the square's shape and a random level: the reader accepts exactly
+    # those the independent checker finds unique, one-step and of that level.
+    rng = np.random.default_rng(17)
+    rows, expect = [], []
+    for p in random_puzzles(400, seed=21):
+        answers = plain_answers(p)
+        level, _ = plain_level(p)
+        if not answers:
+            continue
+        sol = min(answers)
+        # skip rows the per-row rule check refuses (a shape in the target's row/column is a format error)
+        t = int(np.argmax(p == TARGET))
+        if sol in p.reshape(4, 4)[t // 4] or sol in p.reshape(4, 4)[:, t % 4]:
+            continue
+        label = level if level is not None and rng.random() < 0.5 else LEVELS[rng.integers(3)]
+        rows.append(("".join(map(str, p)), sol, label))
+        expect.append(answers == {sol} and level == label)
+    assert any(expect) and not all(expect)
+    path = tmp_path / "one.csv"
+    for (puzzle, sol, label), ok in zip(rows, expect):
+        path.write_text(f"puzzles,solutions,condition\n{puzzle},{sol},{label}\n")
+        if ok:
+            assert len(read_puzzle_csv(path)) == 1
+        else:
+            with pytest.raises(InputError, match=f"^{path} line 2: "):
+                read_puzzle_csv(path)
 
 
 def test_csv_bad_files(tmp_path):

@@ -8,9 +8,18 @@ Columns (header required, case-insensitive, others ignored):
 ``condition`` Binary, Ternary or Quaternary.
 
 Every row is checked; the first bad row raises `pe_probe.errors.InputError` with a one-line message
-that names the file, the line and the problem. Besides the format, each puzzle must obey the rule
-(no shape twice in a row or column) and the solution must be possible: not already in the target's
-row or column, and completing the puzzle to at least one Latin square.
+that names the file, the line, the problem and the fix. Besides the format, each puzzle must meet what
+the generator (`trainers.tasks.lst_generate`) enforces on its own puzzles:
+
+- the rule: no shape twice in a row or column;
+- a unique answer: over the 576 order-4 Latin squares, every square that agrees with the givens puts
+  the same shape at the target (`lst_puzzles.target_answers`), and that shape is ``solutions``;
+- its level: the one-step rules (`lst_puzzles.classify_batch`: Binary, else Ternary, else Quaternary,
+  the easiest rule that determines the target) give ``condition``. A puzzle that no single rule solves
+  (several steps) has no level and is refused, as the study excluded such puzzles (DESIGN.md section 6).
+
+The number of givens is not checked: the generator's ranges (Binary 6-11, Ternary 5-11, Quaternary 4-9)
+describe the generated sets, and a user's held-out puzzles may hold more or fewer.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from trainers.tasks.lst_puzzles import (
     N_SHAPES,
     TARGET,
     PuzzleSet,
+    classify_batch,
     consistent_squares,
     squares_flat,
 )
@@ -86,6 +96,61 @@ def _check_rule(p: np.ndarray, sol: int, where: str) -> None:
                          f"row or column")
 
 
+# Why a puzzle has its level, for the message on a mislabelled row (the rules of DESIGN.md section 6).
+_LEVEL_REASON = (
+    "the target's row or column alone shows the other three shapes",
+    "the target's row and column together exclude three shapes, neither alone does",
+    "the target's row and column together exclude fewer than three shapes, but the answer has no other "
+    "place in the target's row or column (a hidden single)",
+)
+
+
+def _or_list(values) -> str:
+    v = [str(x) for x in sorted(values)]
+    return v[0] if len(v) == 1 else f"{', '.join(v[:-1])} or {v[-1]}"
+
+
+def _first_semantic_error(p: np.ndarray, sol: np.ndarray, lev: np.ndarray) -> tuple[int, str] | None:
+    """(row index, message) of the first puzzle whose answer or level is wrong, else None.
+
+    The same checks as the generator: every Latin square consistent with the givens puts the same
+    shape at the target and it is the solution (brute force over the 576 squares); the one-step
+    rules give the puzzle the labelled level.
+    """
+    if not len(p):
+        return None
+    ok = consistent_squares(p)  # (K, 576)
+    t = np.argmax(p == TARGET, axis=1)
+    vals = squares_flat()[:, t].T  # (K, 576) the target's shape in each square
+    has_sol = (ok & (vals == sol[:, None])).any(1)
+    other = (ok & (vals != sol[:, None])).any(1)  # another shape also fits
+    level, _ = classify_batch(p)
+    bad = ~has_sol | other | (level != lev)
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    s = int(sol[i])
+    shapes = {int(v) for v in vals[i][ok[i]]}
+    if not shapes:
+        return i, ("no 4x4 Latin square completes this puzzle's givens, whatever the target; check the "
+                   "puzzle")
+    if s not in shapes:
+        return i, (f"no 4x4 Latin square completes this puzzle with solution {s}: the givens allow only "
+                   f"shape {_or_list(shapes)} at the target; check the puzzle and its solution")
+    if len(shapes) > 1:
+        return i, (f"the answer is not unique: Latin squares that complete the givens put shape "
+                   f"{_or_list(shapes)} at the target; add givens until only {s} fits (each puzzle needs "
+                   f"exactly one answer)")
+    want = LEVELS[int(lev[i])]
+    if level[i] < 0:
+        return i, (f"'condition' is {want}, but no single rule (Binary, Ternary or Quaternary) determines "
+                   f"the target: it needs several steps, which the study's levels exclude; use a puzzle "
+                   f"that one rule solves")
+    got = LEVELS[int(level[i])]
+    return i, (f"'condition' is {want}, but the puzzle is {got}: {_LEVEL_REASON[int(level[i])]}; write "
+               f"{got} in 'condition' (or change the puzzle)")
+
+
 def read_puzzle_csv(path) -> PuzzleSet:
     """Read puzzles in the study's CSV format (see the module docstring) into a `PuzzleSet`."""
     path = Path(path)
@@ -93,6 +158,7 @@ def read_puzzle_csv(path) -> PuzzleSet:
     if not path.is_file():
         raise InputError(f"{name}: no such file; give a CSV with columns puzzles, solutions, condition")
     puzzles, solutions, levels, lines = [], [], [], []
+    row_error: InputError | None = None
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
@@ -109,12 +175,17 @@ def read_puzzle_csv(path) -> PuzzleSet:
                     cols = [header.index(c) for c in COLUMNS]
                     continue
                 where = f"{name} line {reader.line_num}"
-                if len(row) <= max(cols):
-                    raise InputError(f"{where}: expected {len(header)} fields as in the header, got {len(row)}")
-                p = _parse_puzzle(row[cols[0]], where)
-                sol = _parse_solution(row[cols[1]], where)
-                lev = _parse_condition(row[cols[2]], where)
-                _check_rule(p, sol, where)
+                try:
+                    if len(row) <= max(cols):
+                        raise InputError(f"{where}: expected {len(header)} fields as in the header, got {len(row)}")
+                    p = _parse_puzzle(row[cols[0]], where)
+                    sol = _parse_solution(row[cols[1]], where)
+                    lev = _parse_condition(row[cols[2]], where)
+                    _check_rule(p, sol, where)
+                except InputError as exc:
+                    # Reported after the answer checks of the rows above, so the first bad line wins.
+                    row_error = exc
+                    break
                 puzzles.append(p)
                 solutions.append(sol)
                 levels.append(lev)
@@ -123,18 +194,17 @@ def read_puzzle_csv(path) -> PuzzleSet:
         raise InputError(f"{name}: not a UTF-8 text file; save the puzzles as CSV") from None
     except csv.Error as exc:
         raise InputError(f"{name}: malformed CSV ({exc})") from None
+    p = np.array(puzzles, dtype=np.int8).reshape(-1, N_CELLS)
+    sol = np.array(solutions, dtype=np.int8)
+    lev = np.array(levels, dtype=np.int8)
+    first = _first_semantic_error(p, sol, lev)
+    if first is not None:
+        raise InputError(f"{name} line {lines[first[0]]}: {first[1]}")
+    if row_error is not None:
+        raise row_error
     if not puzzles:
         raise InputError(f"{name}: no puzzles found; expected a header ({', '.join(COLUMNS)}) and rows")
-    p = np.array(puzzles, dtype=np.int8)
-    sol = np.array(solutions, dtype=np.int8)
-    # The solution must complete to at least one Latin square (brute force over all 576).
-    t = np.argmax(p == TARGET, axis=1)
-    possible = (consistent_squares(p) & (squares_flat()[:, t].T == sol[:, None])).any(1)
-    if not possible.all():
-        i = int(np.argmin(possible))
-        raise InputError(f"{name} line {lines[i]}: no 4x4 Latin square completes this puzzle with solution "
-                         f"{sol[i]}; check the puzzle and its solution")
-    return PuzzleSet(p, sol, np.array(levels, dtype=np.int8))
+    return PuzzleSet(p, sol, lev)
 
 
 def write_puzzle_csv(ps: PuzzleSet, path) -> None:

@@ -31,6 +31,7 @@ from trainers.tasks.lst_puzzles import (
 _BATCH = 8192
 _MAX_EMPTY_BATCHES = 50  # give up after this many batches in a row that add nothing
 _EXCLUDE_BLOCK = 2048  # Jaccard against a large excluded set in blocks, to bound memory
+DEFAULT_MIN_JACCARD = 0.8  # the study's: every training puzzle at distance >= 0.8 from the held-out set
 
 
 def _single_threaded_blas():
@@ -82,6 +83,23 @@ def _draw(rng: np.random.Generator, n: int, lo: int, hi: int) -> tuple[np.ndarra
     return puzzles, squares[rows, target]
 
 
+def _shortfall_message(level: int, n: int, have: int, lo: int, hi: int, exclude: PuzzleSet | None,
+                       min_jaccard: float) -> str:
+    """One line: why a level fell short, and only the fixes that can help (as command-line options)."""
+    name = LEVELS[level]
+    filtered = exclude is not None and len(exclude) > 0 and min_jaccard > 0
+    where = f" at Jaccard distance >= {min_jaccard} from all {len(exclude)} held-out puzzles" if filtered else ""
+    fixes = []
+    if filtered:
+        fixes.append(f"lower --min-jaccard (default {DEFAULT_MIN_JACCARD})")
+    if (lo, hi) != GIVENS_RANGE[name]:  # only reachable from Python (generate(givens=...))
+        fixes.append(f"widen the givens range ({lo}-{hi} now, default {GIVENS_RANGE[name][0]}-{GIVENS_RANGE[name][1]})")
+    if have or not fixes:  # with none found, fewer would not help
+        fixes.append("ask for fewer puzzles per level with --n-per-level")
+    return (f"could not generate {n} {name} puzzles{where}: found {have}, then {_MAX_EMPTY_BATCHES} batches "
+            f"of {_BATCH} candidates in a row added none; {', or '.join(fixes)}")
+
+
 def _generate_level(
     level: int,
     n: int,
@@ -125,11 +143,7 @@ def _generate_level(
             bar.update(added)
         empty = 0 if added else empty + 1
         if empty >= _MAX_EMPTY_BATCHES:
-            raise InputError(
-                f"could not generate {n} {LEVELS[level]} puzzles (got {have} after "
-                f"{_MAX_EMPTY_BATCHES} fruitless batches); widen the givens range, ask for fewer, "
-                f"or lower min_jaccard"
-            )
+            raise InputError(_shortfall_message(level, n, have, lo, hi, exclude, min_jaccard))
     puzzles = np.array(chunks, dtype=np.int8).reshape(-1, N_CELLS)
     return PuzzleSet(puzzles, np.array(answers, dtype=np.int8), np.full(len(puzzles), level, dtype=np.int8))
 
@@ -140,7 +154,7 @@ def generate(
     *,
     givens: Mapping[str, tuple[int, int]] | None = None,
     exclude: PuzzleSet | None = None,
-    min_jaccard: float = 0.8,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
     progress: bool = False,
 ) -> PuzzleSet:
     """Generate `n_per_level` puzzles of each level in `LEVELS`, grouped by level.
@@ -193,7 +207,7 @@ def make_splits(
     n_per_level: int = 3000,
     test_frac: float = 0.1,
     n_ood_per_level: int = 36,
-    min_jaccard: float = 0.8,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
     seed: int = 0,
     ood: PuzzleSet | None = None,
 ) -> dict[str, PuzzleSet]:
