@@ -294,8 +294,9 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
 
     A folder with ``last.pt`` is resumed only with the same config. Without one, a folder may hold only
     what this same run wrote before its first checkpoint (config.json, metrics.jsonl, provenance.jsonl),
-    which a fresh start replaces, and the sweep pipelines' `PIPELINE_FILES`; anything else (another program's files, step checkpoints whose
-    ``last.pt`` was removed) is refused rather than deleted. ``force`` restarts, deleting the run files.
+    which a fresh start replaces, and the sweep pipelines' `PIPELINE_FILES`; anything else (another
+    program's files, step checkpoints whose ``last.pt`` was removed) is refused rather than deleted.
+    ``force`` restarts, deleting the run files.
     """
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a run folder; choose another path")
