@@ -115,8 +115,9 @@ def test_ray_sweep_equals_local_backend_and_second_call_skips_finished(ray_insta
 
 
 def failing_train(preset, overrides, out, threads=1):
-    """Injected train function: runs named 'bad' always raise; 'flaky' raises on its first attempt."""
-    marker = Path(out) / "flaky-marker"
+    """Injected train function: runs named 'bad' always raise; 'flaky' raises on its first attempt (its
+    marker beside the run folder: the trainer refuses a folder holding files that are not the run's)."""
+    marker = Path(out).with_name(Path(out).name + ".flaky-marker")
     if "bad" in str(out):
         raise RuntimeError("deliberate failure")
     if "flaky" in str(out) and not marker.exists():
@@ -262,9 +263,8 @@ def test_compare_with_ray_backend_equals_local(ray_instance, tmp_path):
 
 
 def recording_train(preset, overrides, out, threads=1, **speed):
-    """Records the speed options a worker's train function receives (beside the run), then trains."""
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "speed.json").write_text(json.dumps(speed))
+    """Records the speed options a worker's train function receives (beside the run folder), then trains."""
+    Path(out).with_name(Path(out).name + ".speed.json").write_text(json.dumps(speed))
     return train_run(preset, overrides, out, threads=threads, **speed)
 
 
@@ -274,9 +274,9 @@ def test_speed_options_reach_the_ray_workers(ray_instance, tmp_path):
     runner = RayRunner(log=quiet, train_fn=recording_train, speed=SpeedOptions(compile=False, bf16=False, cuda_graphs=False))
     runner.submit(spec("plain", 0.1), tmp_path / "plain")
     assert [r.returncode for r in runner.wait()] == [0]
-    assert json.loads((tmp_path / "plain" / "speed.json").read_text()) == {}  # none on: train_fn called as before
+    assert json.loads((tmp_path / "plain.speed.json").read_text()) == {}  # none on: train_fn called as before
     runner = RayRunner(log=quiet, train_fn=recording_train, speed=SpeedOptions(cuda_graphs=True))
     runner.submit(spec("graphs", 0.1), tmp_path / "graphs")
     assert [r.returncode for r in runner.wait()] == [1]  # a CPU worker refuses CUDA graphs
-    assert json.loads((tmp_path / "graphs" / "speed.json").read_text()) == {"cuda_graphs": True}
+    assert json.loads((tmp_path / "graphs.speed.json").read_text()) == {"cuda_graphs": True}
     assert "--cuda-graphs needs a CUDA device" in runner.errors["graphs"]
