@@ -247,9 +247,8 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
         raise InputError(f"{path}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
                          f".npy, .npz, .csv or .pt file")
     meta: dict[str, Any] = {"source": os.fspath(source), "source_kind": "", "sha256": "", "config": None,
-                            "pe_params": None,
-                            "ground_truth": None, "step": None, "epoch": None, "metrics": None, "raw": False,
-                            "notes": []}
+                            "pe_params": None, "ground_truth": None, "step": None, "epoch": None, "metrics": None,
+                            "raw": False, "notes": []}
     if path.is_dir():
         return _open_hf_folder(path, meta)
     suffix = path.suffix.lower()
@@ -319,7 +318,8 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
         return _merge(stores), meta
     hint = ""
     if (folder / "last.pt").exists():
-        hint = f" (a training run folder: analyse {folder / 'last.pt'}, or compare the run's checkpoints with pe-probe compare {folder})"
+        hint = (f" (a training run folder: analyse {folder / 'last.pt'}, or compare the run's checkpoints with "
+                f"pe-probe compare {folder})")
     elif any((sub / "last.pt").exists() for sub in folder.iterdir() if sub.is_dir()):
         hint = f" (a folder of runs: pass each run's last.pt, or compare them with pe-probe compare {folder}/*/)"
     raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin in this folder; give a Hugging Face "
