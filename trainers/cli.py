@@ -337,10 +337,13 @@ def _parse_list(text: str, kind, option: str) -> list:
 
 def _drop_sigma_duplicates(cfgs: list) -> list:
     """Members whose PE ignores init_std (sin2d, none, zeros init, ...) are the same run for every sigma:
-    keep the first sigma's, and say so on stderr, instead of training identical copies."""
+    train one, with the default init_std (as `pe-probe train` without --pe-init-std would record it, so
+    its folder name and config do not depend on the order of --ensemble-sigmas and a single-run command
+    resumes it), and say so on stderr, instead of training identical copies."""
     import dataclasses
     import sys
 
+    from trainers.config import PEConfig
     from trainers.pe import init_matters
 
     kept, seen, dropped = [], set(), {}
@@ -348,8 +351,8 @@ def _drop_sigma_duplicates(cfgs: list) -> list:
         if init_matters(cfg.pe.kind, cfg.pe.init):
             kept.append(cfg)
             continue
-        key = json.dumps(dataclasses.asdict(dataclasses.replace(cfg, pe=dataclasses.replace(cfg.pe, init_std=0.0))),
-                         sort_keys=True, default=str)
+        cfg = dataclasses.replace(cfg, pe=dataclasses.replace(cfg.pe, init_std=PEConfig.init_std))
+        key = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
         if key in seen:
             dropped[cfg.pe.kind] = dropped.get(cfg.pe.kind, 0) + 1
         else:
@@ -357,7 +360,8 @@ def _drop_sigma_duplicates(cfgs: list) -> list:
             kept.append(cfg)
     for kind, n in dropped.items():
         sys.stderr.write(f"pe-probe: {kind} ignores the PE init sigma: {n} duplicate run(s) across --ensemble-sigmas "
-                         f"skipped (one {kind} run per seed and learning rate, named with the first sigma)\n")
+                         f"skipped (one {kind} run per seed and learning rate, recorded with the default sigma "
+                         f"{PEConfig.init_std:g})\n")
     return kept
 
 

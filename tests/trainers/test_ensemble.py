@@ -190,6 +190,12 @@ def test_cli_ensemble_trains_a_fixed_pe_once_across_sigmas(tmp_path, capsys):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["learned_sigma0.1_lr0.001_seed0", "learned_sigma2_lr0.001_seed0", "sin2d_sigma0.1_lr0.001_seed0"]
     assert "sin2d ignores the PE init sigma: 1 duplicate run(s)" in capsys.readouterr().err
+    # the sin2d run does not depend on the order of the sigmas, and a single-run command resumes it
+    assert train_main(common + ["--ensemble-pes", "learned,sin2d", "--ensemble-sigmas", "2,0.1"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    capsys.readouterr()
+    assert train_main(common[:-1] + [str(tmp_path / names[2]), "--pe", "sin2d"]) == 0
+    assert "already finished" in capsys.readouterr().out
     assert init_matters("learned", "normal") and init_matters("relative", "uniform")
     assert not init_matters("learned", "zeros") and not init_matters("sin2d", "normal")
 
