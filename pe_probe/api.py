@@ -138,6 +138,9 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
         layers = list(range(n_layers(source, param))) if layer == "all" else [layer]
         return [analyze_source(source, ground_truth, param=param, layer=lay, positions=positions,
                                drop_extra_tokens=drop_extra_tokens, **analyze_kwargs) for lay in layers]
+    if str(source).startswith(BUILTIN_PREFIX):
+        raise InputError(f"{source} is a bare table with no model around it, so it has no {view} view; "
+                         f"drop --view (or use --view raw)")
     state, meta = load_state(source)
     base_prov = {"source": str(source), "sha256": meta.get("sha256"), "source_kind": meta.get("source_kind"),
                  "config": meta.get("config"), "checkpoint_metrics": meta.get("metrics"), "step": meta.get("step")}

@@ -290,6 +290,8 @@ def test_view_kernel_and_qk_on_bert_folder(tmp_path, capsys):
 def test_builtin_tables_refuse_layer_options_and_record_their_shape(capsys):
     code, _, err = run(["analyze", "builtin:sin2d:4x4", "--layer", "3", *FAST], capsys)
     assert code == 2 and "drop --param / --layer" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["analyze", "builtin:sin2d:4x4", "--view", "kernel", *FAST], capsys)  # was "not found"
+    assert_input_error(code, err, "no kernel view", "--view raw")
     code, stdout, err = run(["analyze", "builtin:sin2d:4x4", "--json", *FAST], capsys)
     assert code == 0, err
     prov = json.loads(stdout)["provenance"]
