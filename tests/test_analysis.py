@@ -283,6 +283,14 @@ def test_correlations_never_pass_one(n):
         assert m["rsa_spearman"] == pytest.approx(1.0, abs=1e-12)
 
 
+def test_a_constant_ground_truth_axis_is_noted():
+    table = _planted(grid(6, 6).coords, d=8)
+    flat = pe_probe.analyze(table, "grid:6x6x1", n_perm=0, n_boot=0, n_null=0)
+    assert any("axis 2 is constant" in n for n in flat.provenance["notes"])
+    plain = pe_probe.analyze(table, "grid:6x6", n_perm=0, n_boot=0, n_null=0)
+    assert not any("constant" in n for n in plain.provenance.get("notes", []))
+
+
 def test_a_torch_parameter_is_read_as_its_values():
     import torch
 
