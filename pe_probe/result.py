@@ -70,10 +70,13 @@ class AnalysisResult:
         return list(self.embeddings)
 
     def to_frame(self):
-        """Tidy metrics: one row per metric with columns ``metric`` and ``value``."""
+        """Tidy metrics: one row per metric with columns ``metric`` and ``value`` (counts such as
+        ``n_positions`` stay integers, so the CSV reads 16, not 16.0)."""
         import pandas as pd
 
-        return pd.DataFrame({"metric": list(self.metrics), "value": [float(v) for v in self.metrics.values()]})
+        values = [int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else float(v)
+                  for v in self.metrics.values()]
+        return pd.DataFrame({"metric": list(self.metrics), "value": pd.Series(values, dtype=object)})
 
     def embedding_frame(self):
         """One row per position: ``position``, ``true_0..true_{k-1}``, ``<method>_0..<method>_{k-1}``."""

@@ -59,6 +59,9 @@ def test_analyze_writes_data_files_and_json(tmp_path, sin_npy, capsys):
     emb = (out / "embedding.csv").read_text().splitlines()
     assert emb[0].startswith("position,true_0,true_1,pca_0")
     assert len(emb) == 17
+    tidy = (out / "metrics.csv").read_text().splitlines()
+    assert tidy[:4] == ["metric,value", "n_positions,16", "pe_dim,16", "gt_dim,2"]  # counts as integers
+    assert float(dict(r.split(",") for r in tidy[1:])["rsa_spearman"]) == pytest.approx(doc["rsa_spearman"])
 
 
 def test_summary_table_on_terminal(sin_npy, capsys):
