@@ -299,7 +299,7 @@ def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
 
 
 def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: dict[str, Any], *, at: int,
-                 cmd: str, notes: list[str] | None = None) -> Path:
+                 cmd: str, notes: list[str] | None = None, n_perm: int = 500) -> Path:
     """README.md, the tables and the figures of the longer-training report; returns the README's path."""
     evals, ana, runs = with_arms(frames["evals"]), with_arms(frames["analyses"]), with_arms(frames["runs"])
     last = int(runs.epochs.min())
@@ -334,7 +334,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
          "- Trainer code (git commit per run, from `provenance.jsonl`): "
          + describe_versions([root / r for r in runs.run]) + f"; CPU attention code path: {describe_paths(own)}.",
          "- Analyses as in the main report (`analyses.lst.analyse`): the views followed at every checkpoint (raw table, "
-         "qk view, attention kernel, attention maps on 500 fresh puzzles), 500 permutations. The σ bands are the main "
+         f"qk view, attention kernel, attention maps on 500 fresh puzzles), {n_perm} permutations. The σ bands are the main "
          f"report's: small σ ≤ {SMALL:g}, large σ ≥ {LARGE:g}. With {seed_range(runs)} per arm, every comparison "
          "here is descriptive except the exact tests it names: read the per-seed values.",
          *[f"- Note: {n}" for n in notes or []],
@@ -409,10 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     write_tables(frames, root)
     cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)} --base {shlex.quote(args.base)} "
            f"--out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else "")
+           + "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
            + "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note))
     try:
         path = write_report(root, Path(args.out), frames, read_base(Path(args.base) if args.base else None),
-                            at=args.at, cmd=cmd, notes=args.note)
+                            at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm)
     except InputError as e:
         p.error(str(e))
     print(f"report written to {path}")

@@ -76,6 +76,11 @@ def fmt_ci(x, pct: bool = True, digits: int = 1) -> str:
     return f"{f(m)} [{f(lo)}, {f(hi)}] (n={n})"
 
 
+# Paired differences closer than this are equal (accuracies are multiples of 1/108: equal differences can still
+# differ by rounding, and a t-test on such a sample returns p ~ 0 from catastrophic cancellation).
+TIED = 1e-9
+
+
 def paired_test(a: pd.Series, b: pd.Series) -> dict[str, Any]:
     """Paired t-test and Wilcoxon signed-rank test over the seeds both series have."""
     from scipy import stats
@@ -84,7 +89,8 @@ def paired_test(a: pd.Series, b: pd.Series) -> dict[str, Any]:
     n = len(both)
     out = {"n": n, "mean_diff": float((both.a - both.b).mean()) if n else math.nan, "t_p": math.nan, "wilcoxon_p": math.nan}
     if n >= 2 and np.any(both.a.values != both.b.values):
-        out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
+        if np.ptp((both.a - both.b).values) > TIED:  # equal differences have no variance: no t-test (p ~ 0 means nothing)
+            out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
         try:
             out["wilcoxon_p"] = float(stats.wilcoxon(both.a, both.b).pvalue)
         except ValueError:
@@ -108,7 +114,7 @@ def paired_ci(a: pd.Series, b: pd.Series) -> dict[str, Any]:
     if n >= 2:
         _, lo, hi, _ = mean_ci(d.values)  # the t-interval of the differences
         out.update(ci_low=lo, ci_high=hi)
-        if np.any(d.values != 0):
+        if np.ptp(d.values) > TIED:  # equal differences (all 0, or all the same) have no variance: no t-test
             out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
     return out
 
@@ -967,7 +973,8 @@ def criteria_text() -> str:
             f"*not reproduced* when the CI excludes it. Comparisons with one seed are descriptive only.\n")
 
 
-def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str, notes: list[str] | None = None) -> Path:
+def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str, notes: list[str] | None = None,
+                 n_perm: int = 500, n_boot: int = 500) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
         old.unlink()
@@ -1036,7 +1043,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
              "epochs is sensitive to floating-point rounding (a different summation order moves it by several points: "
              "`reports/benchmarks/precision.md`), so σ values are compared over seeds.")
     L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
-             "layer 0, attention maps (trajectories). 500 permutations / 500 bootstrap resamples; reference `sin2d:4x4`; "
+             f"layer 0, attention maps (trajectories). {n_perm} permutations / {n_boot} bootstrap resamples; reference `sin2d:4x4`; "
              "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.")
     L += [f"- Note: {n}" for n in notes or []]
     L.append("")
@@ -1106,8 +1113,9 @@ def main(argv: list[str] | None = None) -> int:
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
     cmd = "python -m analyses.lst.report --root " + str(args.root) + ("" if args.out == "reports/lst" else f" --out {args.out}")
+    cmd += "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
     cmd += "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note)
-    path = write_report(root, Path(args.out), frames, cmd, notes=args.note)
+    path = write_report(root, Path(args.out), frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot)
     print(f"report written to {path}")
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -112,6 +114,17 @@ def test_paired_ci_matches_scipy():
     assert (c["ci_low"], c["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
     assert c["t_p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
     assert c["mean_a"] == pytest.approx(np.mean(a)) and c["mean_b"] == pytest.approx(np.mean(b))
+
+
+def test_equal_paired_differences_get_no_t_test():
+    """Two seeds with the same accuracy gap (ties are common: accuracies are multiples of 1/108) have no
+    variance; scipy would return p ~ 0 there, which the report read as a significant difference."""
+    a, b = [70 / 108, 80 / 108], [77 / 108, 87 / 108]
+    c = _paired(a, b)
+    assert c["diff"] == pytest.approx(-7 / 108) and math.isnan(c["t_p"])
+    idx = range(2)
+    assert math.isnan(R.paired_test(pd.Series(a, index=idx), pd.Series(b, index=idx))["t_p"])
+    assert not math.isnan(_paired([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])["t_p"])  # differences that vary: tested
 
 
 def test_wd_state_labels():
