@@ -88,6 +88,28 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
         speed.check(dev)
 
 
+def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
+    """``NAME (key: old -> new, ...)`` for each run of ``grid`` whose local folder's config.json differs from
+    the run's config (what the trainer would refuse to resume, and what the sweep would skip if finished)."""
+    from trainers.train import CONFIG_FILE, _flatten, config_differences
+
+    out = []
+    for s in grid:
+        path = Path(run_dir(s)) / CONFIG_FILE
+        if not path.is_file():
+            continue
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            continue  # the trainer names a broken config.json itself
+        new = s.config().to_dict()
+        diff = config_differences(old, new)
+        if diff:
+            a, b = _flatten(old), _flatten(new)
+            out.append(f"{s.name} ({', '.join(f'{k}: {a.get(k)!r} -> {b.get(k)!r}' for k in diff[:3])})")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.lst.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     def run_dir(s):
         return join(args.root, s.name) if url else root / s.name
 
+    if not url:  # a run folder holding another config would be skipped as finished (or refused run by run)
+        clashes = config_clashes(grid, run_dir)
+        if clashes:
+            p.error(f"{len(clashes)} run folder(s) under {args.root} hold runs of another config, e.g. {clashes[0]}; "
+                    f"use another --root, or the options that made them")
     todo = [s for s in grid if not run_is_finished(s, run_dir(s))]
     summary = (f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
                f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")

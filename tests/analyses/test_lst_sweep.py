@@ -353,3 +353,20 @@ def test_speed_options_reach_every_run_of_the_sweep(tmp_path, backend):
         assert [(s["bf16"], s["compile"]) for s in read_sessions(run)] == [(True, False)]
         if backend == "local":
             assert " --bf16" in (run / "train.log").read_text().splitlines()[0]
+
+
+def test_run_folders_of_another_config_are_refused_before_anything_is_written(tmp_path, capsys):
+    """A re-run with other options would have skipped the old runs as finished (and rewritten grid.json)."""
+    argv = ["--root", str(tmp_path), "--sigmas", "0.1", "--seeds", "1", "--epochs", "3", "--groups", "sigma"]
+    spec = next(s for s in G.build_grid("quick", sigmas=(0.1,), seeds=1, epochs=3, include=("sigma",))
+                if s.name == "learned-every-s0.1-seed0")
+    old = spec.config().to_dict()
+    old["data"]["n_per_level"] = 30
+    (tmp_path / spec.name).mkdir()
+    (tmp_path / spec.name / "config.json").write_text(json.dumps(old))
+    with pytest.raises(SystemExit) as e:
+        S.main([*argv, "--dry-run"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "hold runs of another config, e.g. learned-every-s0.1-seed0 (data.n_per_level: 30 -> 3000)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]  # no grid.json, no sweep.log
