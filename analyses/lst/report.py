@@ -133,6 +133,10 @@ def f3(v) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.3g}"
 
 
+def pct(v) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{100 * v:.1f}%"
+
+
 def fp(v) -> str:
     return "n/a" if v is None or not np.isfinite(v) else (f"{v:.2g}" if v >= 0.001 else f"{v:.1e}")
 
@@ -727,6 +731,8 @@ def geometry_state(d: pd.DataFrame) -> dict[str, Any]:
     present = bool(len(s_)) and mean > RSA_MIN and share >= MANTEL_SHARE
     decreasing = np.isfinite(rho) and rho < 0 and _ok(p)
     state = "present" if present else ("weak, but it decreases with σ" if decreasing else "not supported")
+    if not present and not np.isfinite(p):  # no ρ over the grid (fewer than 3 runs, or one σ): nothing to decide
+        state = "not testable with these runs (no σ ≤ 0.2 run meets the bar, and no ρ(σ, RSA) over fewer than 3 runs or one σ)"
     if np.isfinite(mean) and share >= MANTEL_SHARE and abs(mean - RSA_MIN) < BORDER:
         state += f" (borderline: mean RSA {mean:.3f} is within {BORDER:g} of {RSA_MIN:g})"
     return {"state": state, "mean_small": mean, "share_small": share, "n_small": len(s_),
@@ -811,13 +817,21 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
     mw = stats.mannwhitneyu(small, large, alternative="greater").pvalue if len(small) and len(large) else math.nan
     ok = gap > 0.10 and np.isfinite(mw) and mw < ALPHA
     per = sr.groupby("sigma").ood_acc.mean()
+    # the smallest one-sided Mann-Whitney p these group sizes allow (no ties): at or above ALPHA no outcome
+    # could support the claim, so it is not testable here rather than "not supported"
+    least_p = 1 / math.comb(len(small) + len(large), len(small)) if len(small) and len(large) else math.nan
     state = "supported" if ok else ("same direction, not significant" if gap > 0.10 else "not supported")
-    out.append(f"**Large σ hurts generalization (study: σ=2.0 37.7% vs 92-96% at σ 0.1-0.2): {state}.** Mean held-out accuracy {100 * small.mean():.1f}% for σ ≤ 0.2 "
-               f"(n = {len(small)} runs) vs {100 * large.mean():.1f}% for σ ≥ 1.5 (n = {len(large)}); one-sided Mann-Whitney "
+    if not (np.isfinite(least_p) and least_p < ALPHA):
+        state = ("not testable with these runs (" + (f"n = {len(small)} vs {len(large)}: the smallest one-sided "
+                 f"Mann-Whitney p possible is {fp(least_p)}" if np.isfinite(least_p) else "a σ band has no runs") + ")")
+    out.append(f"**Large σ hurts generalization (study: σ=2.0 37.7% vs 92-96% at σ 0.1-0.2): {state}.** Mean held-out accuracy {pct(small.mean())} for σ ≤ 0.2 "
+               f"(n = {len(small)} runs) vs {pct(large.mean())} for σ ≥ 1.5 (n = {len(large)}); one-sided Mann-Whitney "
                f"p = {fp(mw)}. Per σ: " + ", ".join(f"{k:g}: {100 * v:.0f}%" for k, v in per.items()) + ".")
     mono = np.isfinite(rho) and rho < 0 and _ok(p)
     _, trend = small_sigma_trend(sr)
-    out.append(f"**Smaller σ is better across the whole range: {'supported' if mono else 'not supported'}.** "
+    mono_state = ("supported" if mono else "not supported") if np.isfinite(p) else \
+        "not testable with these runs (fewer than 3 runs, or one σ)"
+    out.append(f"**Smaller σ is better across the whole range: {mono_state}.** "
                f"Spearman ρ(σ, held-out accuracy) = {f3(rho)} (p = {fp(p)}, n = {n} runs); {trend}.")
     geo = (("raw", "mean", "Small-σ learned tables mirror the true grid (raw table, mean of layers)"),
            ("q", "0", "Grid geometry in the q view of the table, layer 0"),

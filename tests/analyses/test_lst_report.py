@@ -277,3 +277,25 @@ def test_written_report_labels_and_csvs(tmp_path):
     assert "The 2D sinusoid generalizes best (study: 97.7%): " in verdicts and "paired t p = " in verdicts
     for label in ("*not detected*", "*not reproduced*", "*not distinguishable*", "*weak, but it decreases with σ*"):
         assert label in verdicts
+
+
+def test_claims_the_runs_cannot_decide_are_not_testable_rather_than_not_supported():
+    """One run per σ band (the least one-sided Mann-Whitney p is 0.5), no large-σ run at all, or one σ:
+    no outcome could support the claim, so the report must not call it 'not supported'."""
+    empty = pd.DataFrame(columns=["view", "layer", "is_last", "sigma"])
+    one_each = pd.DataFrame([{"run": "a", "group": "sigma", "pe": "learned", "sigma": 0.1, "seed": 0, "ood_acc": 0.3,
+                              "epochs": 40},
+                             {"run": "b", "group": "sigma", "pe": "learned", "sigma": 2.0, "seed": 0, "ood_acc": 0.31,
+                              "epochs": 40}])
+    out = R.verdicts(one_each, empty)
+    large = next(v for v in out if v.startswith("**Large σ hurts"))
+    assert "not testable with these runs (n = 1 vs 1: the smallest one-sided Mann-Whitney p possible is 0.5)" in large
+    assert "not testable" in next(v for v in out if v.startswith("**Smaller σ is better"))
+    small_only = one_each.assign(sigma=0.1)
+    large = next(v for v in R.verdicts(small_only, empty) if v.startswith("**Large σ hurts"))
+    assert "not testable with these runs (a σ band has no runs)" in large and "n/a for σ ≥ 1.5" in large
+    # enough runs: decided as before
+    sr = _sigma_runs(lambda s, i: (0.9 if s <= 0.2 else 0.3) + 0.01 * i)
+    decided = next(v for v in R.verdicts(sr, empty) if v.startswith("**Large σ hurts"))
+    assert ": supported." in decided
+    assert R.geometry_state(_view(lambda s, i: 0.1, seeds=1).iloc[:1])["state"].startswith("not testable")
