@@ -511,22 +511,21 @@ def train_ensemble(
 
     # every folder checked, and the data of every member still to train made, before any folder is written
     resumes = [check_run_dir(cfg, out, force) for cfg, out in zip(cfgs, outs)]
-    to_train = [i for i, (cfg, r) in enumerate(zip(cfgs, resumes)) if r is None or r["epoch"] < cfg.optim.epochs]
+    finished = {i for i, (cfg, r) in enumerate(zip(cfgs, resumes)) if r is not None and r["epoch"] >= cfg.optim.epochs}
+    data_keys = [json.dumps(cfg.to_dict()["data"], sort_keys=True) for cfg in cfgs]
     splits_of = {}  # data config -> puzzles (a bad --ood-puzzles file or data options fail here)
-    for i in to_train:
-        key = json.dumps(cfgs[i].to_dict()["data"], sort_keys=True)
-        if key not in splits_of:
-            splits_of[key] = checked_splits(cfgs[i])
+    for i, cfg in enumerate(cfgs):
+        if i not in finished and data_keys[i] not in splits_of:
+            splits_of[data_keys[i]] = checked_splits(cfg)
     groups: dict[tuple[str, int], list[_Member]] = {}
     for i, (cfg, out, model, resume) in enumerate(zip(cfgs, outs, models, resumes)):
-        if i not in to_train:
+        if i in finished:
             log(f"{out}: run already finished at epoch {resume['epoch']}")
             results[i] = dict(resume["metrics"])
             continue
         start_run_dir(cfg, out, resume)
         start = resume["epoch"] if resume is not None else 0
-        splits = splits_of[json.dumps(cfg.to_dict()["data"], sort_keys=True)]
-        groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume, splits))
+        groups.setdefault((group_key(cfg), start), []).append(_Member(i, cfg, out, model, resume, splits_of[data_keys[i]]))
 
     jobs = []
     for members in groups.values():

@@ -227,10 +227,12 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two config dicts (ignoring IGNORED_FOR_RESUME)."""
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted key, old value, new value) for each setting that differs between two config dicts, sorted by
+    key (ignoring IGNORED_FOR_RESUME; a key missing on one side has the value None there)."""
     a, b = _flatten(old), _flatten(new)
-    return sorted(k for k in set(a) | set(b) if k not in IGNORED_FOR_RESUME and a.get(k) != b.get(k))
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if k not in IGNORED_FOR_RESUME and a.get(k) != b.get(k)]
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -284,8 +286,7 @@ def _read_config(out: Path) -> dict[str, Any]:
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:
     diff = config_differences(old, new)
     if diff:
-        a, b = _flatten(old), _flatten(new)
-        shown = ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in diff[:3])
+        shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
         raise InputError(f"{out} holds {what} with a different config: {shown}; use another --out, or --force to restart")
 
 

@@ -91,7 +91,7 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
 def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
     """``NAME (key: old -> new, ...)`` for each run of ``grid`` whose local folder's config.json differs from
     the run's config (what the trainer would refuse to resume, and what the sweep would skip if finished)."""
-    from trainers.train import CONFIG_FILE, _flatten, config_differences
+    from trainers.train import CONFIG_FILE, config_differences
 
     out = []
     for s in grid:
@@ -102,11 +102,9 @@ def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
             old = json.loads(path.read_text())
         except ValueError:
             continue  # the trainer names a broken config.json itself
-        new = s.config().to_dict()
-        diff = config_differences(old, new)
+        diff = config_differences(old, s.config().to_dict())
         if diff:
-            a, b = _flatten(old), _flatten(new)
-            out.append(f"{s.name} ({', '.join(f'{k}: {a.get(k)!r} -> {b.get(k)!r}' for k in diff[:3])})")
+            out.append(f"{s.name} ({', '.join(f'{k}: {was!r} -> {now!r}' for k, was, now in diff[:3])})")
     return out
 
 
