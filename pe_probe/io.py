@@ -192,6 +192,9 @@ def load_table(
     chosen, layer_out = _choose_layer(names, layer, src)
     if n_layers > 1 and layer is None:
         notes.append(f"{n_layers} per-layer tables; analysing layer 0 (use --layer N|mean|all)")
+    if n_layers > 1 and not _numbered_from_zero(names):
+        notes.append(f"--layer N counts the {n_layers} per-layer tables in order, not the block numbers in their "
+                     f"names: {_listing([f'{i}={n}' for i, n in enumerate(names)])}")
 
     label = (lambda n: src) if meta["raw"] else (lambda n: n)
     tables = [_as_table(store, name, label(name)) for name in chosen]
@@ -550,6 +553,13 @@ def _layer_order(names: list[str], src: str) -> list[str]:
     if len(templates) == 1:
         return sorted(names, key=lambda n: [int(x) for x in re.findall(r"(?<![^.])\d+(?![^.])", n)])
     raise InputError(f"{src}: several possible PE tables ({_listing(names)}); pass --param NAME to pick one")
+
+
+def _numbered_from_zero(names: list[str]) -> bool:
+    """Whether per-layer names carry the layer numbers 0..n-1 (blocks.0, blocks.1, ...), so that --layer N
+    is also the number in the name; False for gaps such as blocks.{0,1,2,10}."""
+    numbers = [[int(x) for x in re.findall(r"(?<![^.])\d+(?![^.])", n)] for n in names]
+    return any(list(col) == list(range(len(names))) for col in zip(*numbers))
 
 
 def _resolve_param(store: _Store, param: str, src: str) -> str:

@@ -259,6 +259,13 @@ def test_per_layer_found_by_name_sorted_numerically(tmp_path, grid_table) -> Non
                                            "blocks.10.pe.table"]
     lt = load_table(tmp_path / "sd.pt", layer=3)
     assert lt.n_layers == 4 and lt.param == "blocks.10.pe.table" and lt.table[0, 0] == 10
+    # --layer counts tables, not block numbers: the note says which table each index is
+    assert any("not the block numbers" in n and "3=blocks.10.pe.table" in n for n in lt.notes)
+
+
+def test_per_layer_numbered_from_zero_has_no_gap_note(tmp_path, grid_table) -> None:
+    torch.save(_checkpoint(grid_table, n_layers=4), tmp_path / "c.pt")
+    assert not any("block numbers" in n for n in load_table(tmp_path / "c.pt", layer=3).notes)
 
 
 def test_single_table_rejects_layer_1(tmp_path, grid_table) -> None:
