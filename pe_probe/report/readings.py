@@ -31,16 +31,35 @@ def n_permutations(provenance: dict[str, Any]) -> int | None:
     return None
 
 
-def p_value_reading(p: float, n_perm: int | None, what: str) -> str:
-    """'p = 0.001: none of 999 random relabellings ...' with the permutation count when known."""
+def exact_relabellings(provenance: dict[str, Any], test: str) -> int | None:
+    """N! when the provenance says ``test`` ("mantel" or "protest") enumerated every relabelling, else None."""
+    info = (provenance.get("analysis", {}) or {}).get(test, {}) or {}
+    return int(info["n_relabellings"]) if info.get("exact") and info.get("n_relabellings") else None
+
+
+def p_value_reading(p: float, n_perm: int | None, what: str, exact: int | None = None) -> str:
+    """'p = 0.001: none of 999 random relabellings ...' with the permutation count when known; with ``exact``
+    (the number of relabellings, N!, when all were enumerated) p = count / N!, the true labelling included."""
+    if exact:
+        count = round(p * exact)
+        head = f"p = {p:.3g} (exact: every one of the {exact} relabellings of positions was tried)"
+        if count <= 1:
+            return f"{head}: no relabelling but the true one gave {what} this high; this is the smallest p-value possible here."
+        return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is "
+                + ("unlikely to be chance." if p < 0.05 else "compatible with chance."))
     if n_perm is not None and n_perm > 0 and p <= 1.0 / (1 + n_perm) + 1e-12:
         return (f"p = {p:.3g}: no random relabelling of positions (out of {n_perm}) gave {what} this high; "
                 f"this is the smallest p-value {n_perm} permutations can give.")
     if p < 0.05:
-        return (f"p = {p:.3g}: only about {_pct(p)} of random relabellings of positions gave {what} at least this "
+        return (f"p = {p:.3g}: only about {_pct_small(p)} of random relabellings of positions gave {what} at least this "
                 f"high, so chance alone is an unlikely explanation.")
     return (f"p = {p:.3g}: about {_pct(p)} of random relabellings of positions gave {what} at least this high, "
             f"so this is compatible with chance.")
+
+
+def _pct_small(x: float) -> str:
+    """A percentage that never rounds a non-zero share to '0%'."""
+    return _pct(x) if x >= 0.01 else f"{100 * x:.2g}%"
 
 
 def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: list[str] | None = None) -> list[tuple[str, str, str]]:
@@ -68,7 +87,8 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
                 text += f" Random Gaussian tables of the same shape give {mu:.2f} (chance level)."
         out.append(("RSA (Spearman ρ)", value, text))
     if _ok(metrics, "rsa_p"):
-        out.append(("RSA p-value", f"{metrics['rsa_p']:.3g}", p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA")))
+        out.append(("RSA p-value", f"{metrics['rsa_p']:.3g}", p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA",
+                                                                     exact_relabellings(provenance, "mantel"))))
     methods = methods or sorted({k[len("recovery_"):-len("_r2")] for k in metrics if k.startswith("recovery_") and k.endswith("_r2")})
     for m in methods:
         key = f"recovery_{m}_r2"
@@ -81,7 +101,8 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, f"recovery_{m}_rmse"):
             text += f" Recovered positions lie on average (RMS) {metrics[f'recovery_{m}_rmse']:.3g} true units from their true positions."
         if _ok(metrics, f"recovery_{m}_p"):
-            text += " " + p_value_reading(float(metrics[f"recovery_{m}_p"]), n_perm, "a fit")
+            text += " " + p_value_reading(float(metrics[f"recovery_{m}_p"]), n_perm, "a fit",
+                                              exact_relabellings(provenance, "protest"))
         out.append((f"recovery r² ({m})", f"{r2:.3f}", text))
     if _ok(metrics, "probe_r2"):
         v = float(metrics["probe_r2"])

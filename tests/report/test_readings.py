@@ -28,6 +28,27 @@ def test_p_value_wording_depends_on_the_value():
     assert "no random relabelling" not in p_value_reading(0.01, None, "an RSA")
 
 
+def test_p_value_wording_of_exact_tests():
+    # N = 6: all 720 relabellings enumerated; p = 1/720 means only the true labelling did as well
+    smallest = p_value_reading(1 / 720, 1000, "an RSA", exact=720)
+    assert "exact" in smallest and "720" in smallest and "no relabelling but the true one" in smallest
+    assert "0%" not in smallest and "random relabelling" not in smallest
+    some = p_value_reading(4 / 720, 1000, "an RSA", exact=720)
+    assert "4 of them" in some and "unlikely" in some
+    assert "compatible with chance" in p_value_reading(300 / 720, 1000, "an RSA", exact=720)
+    # sampled tests never print a non-zero share as "0%"
+    assert "about 0%" not in p_value_reading(0.002, 5000, "an RSA")
+
+
+def test_readings_take_exactness_from_provenance():
+    prov = {"analysis": {"n_perm": 1000, "mantel": {"exact": True, "n_relabellings": 720},
+                         "protest": {"exact": True, "n_relabellings": 720}}}
+    rows = {name: text for name, _, text in readings({"rsa_spearman": 0.9, "rsa_p": 1 / 720, "recovery_pca_r2": 0.9,
+                                                      "recovery_pca_p": 2 / 720}, prov)}
+    assert "every one of the 720 relabellings" in rows["RSA p-value"]
+    assert "2 of them" in rows["recovery r² (pca)"]
+
+
 def test_missing_metrics_give_no_sentence_and_verdict_reflects_chance():
     assert readings({}) == []
     assert "No evidence" in verdict({"rsa_spearman": 0.02, "rsa_p": 0.6})
