@@ -199,7 +199,7 @@ def format_summary(result, title: str = "") -> str:
     rows += [
         ("linear probe R2", m["probe_r2"], "cross-validated ridge, mean over axes"),
         ("trustworthiness", m["trustworthiness"], f"kNN overlap {_fmt(m['knn_overlap'])}"),
-        ("MDS stress-1", m["mds_stress"], "Kruskal, classical MDS in k dims"),
+        ("MDS stress-1", m["mds_stress"], "Kruskal (ratio disparities), classical MDS in k dims"),
         ("participation ratio", m["participation_ratio"], f"top-k PCs explain {_fmt(m['explained_variance'])} of variance"),
     ]
     if "kernel_distance_rho" in m:

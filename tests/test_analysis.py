@@ -79,6 +79,25 @@ def test_study_sinusoid_2d_values_and_independent_check():
     assert m["recovery_pca_r2"] == pytest.approx(r2, abs=1e-9)
 
 
+@pytest.mark.parametrize("kind", ["planted", "random"])
+def test_mds_stress_against_brute_force_kruskal(kind):
+    """stress-1 of the k-dim classical MDS map with the ratio disparity b*delta that minimises it (scipy's
+    scalar minimiser over b, independent of our closed form); in [0, 1] even for a random table."""
+    from scipy.optimize import minimize_scalar
+
+    table = _planted(G8, noise=0.3) if kind == "planted" else np.random.default_rng(3).normal(size=(64, 32))
+    m = pe_probe.analyze(table, "grid:8x8", n_perm=0, n_boot=0, methods="cmds").metrics
+    delta = pdist(table)
+    c = table - table.mean(0)
+    u, sv, _ = np.linalg.svd(c, full_matrices=False)
+    dx = pdist(u[:, :2] * sv[:2])  # classical MDS of Euclidean distances = PCA scores
+    best = minimize_scalar(lambda b: np.sum((dx - b * delta) ** 2), bounds=(0, 10), method="bounded",
+                           options={"xatol": 1e-12})
+    assert m["mds_stress"] == pytest.approx(np.sqrt(best.fun / np.sum(dx ** 2)), abs=1e-6)
+    assert 0 <= m["mds_stress"] <= 1
+    assert (m["mds_stress"] < 0.2) if kind == "planted" else (m["mds_stress"] > 0.3)  # "fair" vs "poor"
+
+
 def test_random_gaussian_table_is_at_chance():
     ps, z = [], []
     for seed in range(10):
