@@ -54,9 +54,11 @@ def block_average(condensed_d: np.ndarray, order: np.ndarray, edges: np.ndarray)
 def rdm_frame(result: AnalysisResult, max_cells: int = STATIC_RDM_MAX_CELLS):
     """Both RDMs in the shared ordering, long format.
 
-    Columns: ``matrix`` ("pe" or "true"), ``row``, ``col`` (block indices in the shared ordering),
-    ``value`` (mean distance in the block), ``row_start``/``row_stop``/``col_start``/``col_stop``
-    (half-open ranges of ordered positions the block covers), ``block_size``. Re-plot with
+    Columns: ``matrix`` ("pe" or "true"), ``row``, ``col`` (block indices in the shared ordering, which
+    sorts positions by true coordinate: not position ids for coordinate files), ``value`` (mean distance in
+    the block), ``row_start``/``row_stop``/``col_start``/``col_stop`` (half-open ranges of ordered positions
+    the block covers), ``block_size``, and with one position per block ``row_position``/``col_position``:
+    the table rows (position ids, as in embedding.csv) of the cell. Re-plot with
     ``frame[frame.matrix == "pe"].pivot(index="row", columns="col", values="value")``.
     """
     import pandas as pd
@@ -85,6 +87,9 @@ def rdm_frame(result: AnalysisResult, max_cells: int = STATIC_RDM_MAX_CELLS):
         )
     frame = pd.concat(parts, ignore_index=True)
     frame["block_size"] = int(np.ceil(n / b))
+    if b == n:  # one position per cell: name it, so a cell can be read without the ordering
+        frame["row_position"] = order[frame["row"].to_numpy()]
+        frame["col_position"] = order[frame["col"].to_numpy()]
     return frame
 
 

@@ -50,13 +50,26 @@ def test_rdm_frame_replots_to_the_distance_matrices(sinusoid_result):
     np.testing.assert_allclose(true, squareform(sinusoid_result.gt_distances), rtol=1e-5, atol=1e-6)
 
 
+def test_rdm_frame_names_the_positions_of_each_cell_for_coordinate_files():
+    # shuffled coordinates: the shared ordering is not the identity, so row/col are not position ids
+    rng = np.random.default_rng(2)
+    g = grid_coords(4, 4)[rng.permutation(16)]
+    table = g @ rng.normal(size=(2, 6))
+    frame = fr.rdm_frame(hand_result(table, g))
+    pe = frame[frame.matrix == "pe"]
+    np.testing.assert_allclose(pe["value"], squareform(pdist(table))[pe.row_position, pe.col_position], rtol=1e-5)
+    true = frame[frame.matrix == "true"]
+    np.testing.assert_allclose(true["value"], squareform(pdist(g))[true.row_position, true.col_position], rtol=1e-5)
+    assert not np.array_equal(pe["row"], pe["row_position"])
+
+
 def test_rdm_frame_is_bounded_for_large_n():
     rng = np.random.default_rng(0)
     g = grid_coords(20, 25)
     r = hand_result(g @ rng.normal(size=(2, 8)), g, shape=(20, 25))
     frame = fr.rdm_frame(r)
     assert frame["row"].max() + 1 <= fr.STATIC_RDM_MAX_CELLS
-    assert frame["block_size"].iloc[0] > 1
+    assert frame["block_size"].iloc[0] > 1 and "row_position" not in frame  # a cell spans several positions
     # block means of the true RDM still increase away from the diagonal on average
     t = frame[frame.matrix == "true"].pivot(index="row", columns="col", values="value").to_numpy()
     assert t[0, 1] < t[0, -1]
