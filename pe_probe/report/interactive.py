@@ -115,6 +115,7 @@ def interactive_figure(result: AnalysisResult):
     coords = np.asarray(result.coords, dtype=np.float64)
     k = coords.shape[1]
     three_d = k >= 3
+    grid_view = k == 2 and result.gt_kind == "grid"  # (row, col): axis 1 across, axis 0 down, like the image
     methods = list(result.embeddings)
     left = {"type": "scene"} if three_d else {"type": "xy"}
     fig = make_subplots(rows=1, cols=2, specs=[[left, {"type": "xy"}]], column_widths=[0.55, 0.45],
@@ -127,7 +128,9 @@ def interactive_figure(result: AnalysisResult):
             return {"x": pts[:, 0], "y": pts[:, 1], "z": pts[:, 2]}
         if k == 1:  # 1-D: recovered position against true position (the diagonal is perfect recovery)
             return {"x": coords[:, 0].astype(np.float32), "y": pts[:, 0]}
-        return {"x": pts[:, 1], "y": pts[:, 0]}  # grid convention: axis 1 across, axis 0 down
+        if grid_view:
+            return {"x": pts[:, 1], "y": pts[:, 0]}
+        return {"x": pts[:, 0], "y": pts[:, 1]}  # coordinates from a file: axis 0 across, axis 1 up
 
     scatter = go.Scatter3d if three_d else go.Scatter
     axis_names = [f"true axis {a}" for a in range(k)]
@@ -190,13 +193,16 @@ def interactive_figure(result: AnalysisResult):
     elif k == 1:
         fig.update_xaxes(title_text="true position", row=1, col=1)
         fig.update_yaxes(title_text="recovered position (true units)", row=1, col=1)
-    else:
+    elif grid_view:
         fig.update_xaxes(title_text="true axis 1", row=1, col=1)
         fig.update_yaxes(title_text="true axis 0", autorange="reversed", scaleanchor="x", scaleratio=1, row=1, col=1)
+    else:
+        fig.update_xaxes(title_text="true axis 0", row=1, col=1)
+        fig.update_yaxes(title_text="true axis 1", scaleanchor="x", scaleratio=1, row=1, col=1)
 
     cfg = {"n": n, "trueTrace": 0, "methodTraces": method_traces, "heatTrace": heat_trace, "cells": cells,
            "cellOf": cell_of, "webgl": three_d,
-           "trueAxes": ["x", "y", "z"] if three_d else (["x"] if k == 1 else ["y", "x"])}
+           "trueAxes": ["x", "y", "z"] if three_d else (["x"] if k == 1 else ["y", "x"] if grid_view else ["x", "y"])}
     if k > 3:
         cfg["trueAxes"] = ["x", "y", "z"]  # only the first three axes are drawn
     note = ""

@@ -37,7 +37,7 @@ def write_static_figures(result: AnalysisResult, figures_dir: Path, formats: Seq
         written += save_figure(shepard_figure(shep, result.metrics, result.pe_metric), shep, figures_dir, "shepard", formats)
         layout = fr.layout_frame(result)
         if len(layout):
-            written += save_figure(layout_figure(layout, result.metrics), layout, figures_dir, "layout", formats)
+            written += save_figure(layout_figure(layout, result.metrics, grid_view=result.gt_kind == "grid"), layout, figures_dir, "layout", formats)
         spec = fr.spectrum_frame(result)
         written += save_figure(spectrum_figure(spec, result.metrics), spec, figures_dir, "spectrum", formats)
         pcs = fr.pc_grid_frame(result)
@@ -112,8 +112,11 @@ def shepard_figure(frame, metrics: dict, pe_metric: str = "euclidean"):
     return fig
 
 
-def layout_figure(frame, metrics: dict):
-    """One panel per method: true layout (grey) and aligned recovered layout (colour = position), joined by lines."""
+def layout_figure(frame, metrics: dict, grid_view: bool = True):
+    """One panel per method: true layout (grey) and aligned recovered layout (colour = position), joined by lines.
+
+    ``grid_view``: draw a 2-D layout like the grid's image (axis 1 across, axis 0 down); else (coordinates
+    from a file) axis 0 across and axis 1 up, as a scatter plot of (x, y) is read."""
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
 
@@ -134,8 +137,9 @@ def layout_figure(frame, metrics: dict):
             tx, ty = sub["true_0"].to_numpy(), np.zeros(len(sub))
             rx, ry = sub["recovered_0"].to_numpy(), np.full(len(sub), 1.0)
         else:
-            tx, ty = sub["true_1"].to_numpy(), sub["true_0"].to_numpy()
-            rx, ry = sub["recovered_1"].to_numpy(), sub["recovered_0"].to_numpy()
+            a, b = (1, 0) if grid_view else (0, 1)  # grids: axis 1 across, axis 0 down, like the image
+            tx, ty = sub[f"true_{a}"].to_numpy(), sub[f"true_{b}"].to_numpy()
+            rx, ry = sub[f"recovered_{a}"].to_numpy(), sub[f"recovered_{b}"].to_numpy()
         segs = np.stack([np.column_stack([rx, ry]), np.column_stack([tx, ty])], axis=1)
         ax.add_collection(LineCollection(segs, colors="0.55", linewidths=0.3 if big else 0.5, alpha=0.6, zorder=1,
                                          rasterized=big))
@@ -149,9 +153,9 @@ def layout_figure(frame, metrics: dict):
             ax.set_xlabel("position (true units)")
         else:
             ax.set_aspect("equal", adjustable="datalim")
-            ax.set_xlabel("true axis 1")
-            ax.set_ylabel("true axis 0")
-            if k == 2:
+            ax.set_xlabel(f"true axis {a}")
+            ax.set_ylabel(f"true axis {b}")
+            if k == 2 and grid_view:
                 ax.invert_yaxis()  # axis 0 is the grid row: row 0 on top, like the image
         ax.autoscale_view()
     fig.colorbar(sc, ax=axes.ravel().tolist(), shrink=0.8, label="position index")

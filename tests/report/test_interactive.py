@@ -37,3 +37,34 @@ def test_large_n_heatmap_is_block_averaged_and_said_so():
     assert z.shape[0] <= INTERACTIVE_RDM_MAX_CELLS and z.shape == (cfg["cells"], cfg["cells"])
     assert "block-averaged" in note
     assert max(cfg["cellOf"]) == cfg["cells"] - 1 and len(cfg["cellOf"]) == 500
+
+
+def test_2d_orientation_grid_like_an_image_coordinate_files_like_a_scatter_plot():
+    rng = np.random.default_rng(0)
+    g = grid_coords(4, 5).astype(float)
+    table = g @ rng.normal(size=(2, 6))
+    fig, cfg, _ = interactive_figure(hand_result(table, g, shape=(4, 5)))
+    np.testing.assert_allclose(fig.data[0].x, g[:, 1])
+    np.testing.assert_allclose(fig.data[0].y, g[:, 0])
+    assert fig.layout.yaxis.autorange == "reversed" and cfg["trueAxes"] == ["y", "x"]
+    pts = rng.normal(size=(20, 2))
+    fig, cfg, _ = interactive_figure(hand_result(pts @ rng.normal(size=(2, 6)), pts, spec="coords.npy", kind="file"))
+    np.testing.assert_allclose(fig.data[0].x, pts[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(fig.data[0].y, pts[:, 1], rtol=1e-6)
+    assert fig.layout.yaxis.autorange != "reversed" and fig.layout.xaxis.title.text == "true axis 0"
+    assert cfg["trueAxes"] == ["x", "y"]
+
+
+def test_static_layout_orientation_follows_the_ground_truth_kind():
+    from pe_probe.report import frames as fr
+    from pe_probe.report.static import layout_figure
+
+    rng = np.random.default_rng(1)
+    pts = rng.normal(size=(20, 2))
+    r = hand_result(pts @ rng.normal(size=(2, 6)), pts, spec="coords.npy", kind="file")
+    frame = fr.layout_frame(r)
+    ax = layout_figure(frame, r.metrics, grid_view=False).axes[0]
+    assert ax.get_xlabel() == "true axis 0" and not ax.yaxis_inverted()
+    np.testing.assert_allclose(ax.collections[1].get_offsets()[:, 0], pts[:, 0])  # grey true points
+    ax = layout_figure(frame, r.metrics, grid_view=True).axes[0]
+    assert ax.get_xlabel() == "true axis 1" and ax.yaxis_inverted()
