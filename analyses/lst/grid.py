@@ -122,7 +122,7 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
     preset's number of seeds for every group; ``sigma_seeds`` then for the sigma grid alone (its 2D-sinusoid
     reference runs follow, one per seed). ``epochs`` shortens/lengthens runs (checkpoints are spread
     to keep ~``n_ckpts`` per run). ``base_overrides``: dotted keys applied to every run (tests use a tiny
-    model). ``include`` picks the groups.
+    model). ``include`` picks the groups. An empty or odd grid is refused (`check_counts`).
     """
     if preset not in PRESET_SETTINGS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_SETTINGS)}")
@@ -131,6 +131,7 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
         raise ValueError(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}")
     st = PRESET_SETTINGS[preset]
     sig = {"default": SIGMAS_DEFAULT, "full": SIGMAS_FULL}[sigmas] if isinstance(sigmas, str) else tuple(sigmas)
+    check_counts(sig, seeds, sigma_seeds, epochs, include)
     n_seeds = sigma_seeds if sigma_seeds is not None else seeds if seeds is not None else st["seeds"]
     n_type = seeds if seeds is not None else st["type_seeds"]
     n_ctrl = seeds if seeds is not None else st["control_seeds"]
@@ -145,6 +146,31 @@ def build_grid(preset: str = "quick", *, sigmas: str | tuple[float, ...] = "defa
     check_base_overrides(base_overrides or {}, own, include)
     base.update(base_overrides or {})
     return _build(preset, base, sig, n_seeds, n_type, n_ctrl, include)
+
+
+def check_counts(sig: tuple[float, ...], seeds: int | None, sigma_seeds: int | None, epochs: int | None,
+                 include: tuple[str, ...]) -> None:
+    """Refuse (one-line `InputError`, naming the sweep's option) what would plan an empty or odd grid:
+    no groups, no or duplicate sigmas, seeds or epochs < 1, ``sigma_seeds`` without the sigma group."""
+    names = [_sig(s) for s in sig]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    problems = [
+        (not include, f"--groups: give at least one of {', '.join(GROUPS)}"),
+        (len(set(include)) < len(include), f"--groups {','.join(include)}: give each group once"),
+        (not sig, "--sigmas: give at least one sigma"),
+        (twice is not None, f"--sigmas: sigma {twice} is given twice (run names keep 6 significant digits); "
+                            "give each sigma once"),
+        (seeds is not None and seeds < 1, f"--seeds must be >= 1, got {seeds}; to leave groups out use --groups"),
+        (sigma_seeds is not None and sigma_seeds < 1, f"--sigma-seeds must be >= 1, got {sigma_seeds}; to leave the "
+                                                      "sigma grid out, leave sigma out of --groups"),
+        (sigma_seeds is not None and "sigma" not in include,
+         "--sigma-seeds sets the sigma group's seeds, which --groups leaves out: add sigma to --groups, or drop "
+         "--sigma-seeds"),
+        (epochs is not None and epochs < 1, f"--epochs must be >= 1, got {epochs}"),
+    ]
+    for bad, msg in problems:
+        if bad:
+            raise InputError(msg)
 
 
 def _build(preset: str, base: dict[str, Any], sig: tuple[float, ...], n_seeds: int, n_type: int, n_ctrl: int,

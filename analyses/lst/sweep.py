@@ -13,24 +13,27 @@ Finished runs (last.pt at the configured epoch) are skipped; unfinished ones res
 last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json, progress to
 ROOT/sweep.log; ``--dry-run`` only prints the runs and their state, and writes nothing. Analyses are a
 separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
-Every run's config and the speed options are checked before anything is written: a bad ``--set``, a
-``--set`` of a key the grid sets itself (seed, pe.*, the controls' optimiser) or an option the device
-cannot run is a one-line error (exit 2).
+Every option, every run's config and the speed options are checked before anything is written: a bad
+value (``--workers 0``, ``--seeds 0``, duplicate ``--sigmas``, a ``--root`` that is a file, a Ray option
+without ``--backend ray`` ...), a bad ``--set``, a ``--set`` of a key the grid sets itself (seed, pe.*, the
+controls' optimiser) or an option the device cannot run is a one-line error (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import signal
 import sys
 import time
 from pathlib import Path
 
 from analyses.lst.grid import GROUPS, PRESET_SETTINGS, RunSpec, build_grid
-from analyses.lst.ray_runner import join, run_is_finished
+from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
-from pe_probe.errors import InputError, OneLineArgumentParser
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 from trainers.train import SpeedOptions
 
 
@@ -38,7 +41,9 @@ def parse_overrides(items: list[str]) -> dict:
     """``key=value`` pairs (dotted config keys); values parsed as JSON when possible."""
     out = {}
     for item in items:
-        key, _, raw = item.partition("=")
+        key, eq, raw = item.partition("=")
+        if not key or not eq:
+            raise InputError(f"--set {item!r}: give KEY=VALUE, e.g. --set model.d_model=8")
         try:
             out[key] = json.loads(raw)
         except ValueError:
@@ -54,25 +59,53 @@ def parse_sigmas(text: str) -> str | tuple[float, ...]:
         sigmas = tuple(float(v) for v in text.split(","))
     except ValueError:
         raise InputError(f"--sigmas {text!r}: give default, full or a comma list of numbers such as 0.1,0.5,2.0") from None
-    if not all(v > 0 for v in sigmas):
-        raise InputError(f"--sigmas {text!r}: every sigma must be > 0")
+    if not all(math.isfinite(v) and v > 0 for v in sigmas):
+        raise InputError(f"--sigmas {text!r}: every sigma must be > 0 and finite")
     return sigmas
 
 
-def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions) -> None:
+def parse_groups(text: str) -> tuple[str, ...]:
+    """A comma list of groups (spaces allowed); `build_grid` checks the names."""
+    groups = tuple(g.strip() for g in text.split(","))
+    if "" in groups:
+        raise InputError(f"--groups {text!r}: give a comma list of groups from {', '.join(GROUPS)}")
+    return groups
+
+
+def check_folder(flag: str, path: str) -> None:
+    """A local folder that exists or can be made: not empty, not a file, not below a file."""
+    if not path:
+        raise InputError(f"{flag} '': give a folder")
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        what = "is a file" if p == Path(path) else f"is below {p}, which is a file"
+        raise InputError(f"{flag} {path}: {what}, not a folder; give a folder path")
+
+
+def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions, sets: list[str] | None = None) -> None:
     """Every run's config builds (unknown keys, bad values), the local backend can pass its overrides as
     ``pe-probe train`` flags, and the speed options run on the device of every run trained in this
-    process (the Ray workers check their own). Raises a one-line `InputError`."""
+    process (the Ray workers check their own). Raises a one-line `InputError`; a config error names the
+    ``sets`` (the ``--set`` items) it came from."""
     from trainers.evaluate import resolve_device
 
     devices = set()
-    for spec in grid:
-        devices.add(spec.config().device)
-        if backend == "local":
-            try:
-                spec.train_args("RUN")
-            except ValueError as e:
-                raise InputError(f"{e}; use --backend ensemble or ray for other keys") from None
+    try:
+        for spec in grid:
+            devices.add(spec.config().device)
+            if backend == "local":
+                try:
+                    spec.train_args("RUN")
+                except ValueError as e:
+                    raise InputError(f"{e}; use --backend ensemble or ray for other keys") from None
+    except ValueError as e:
+        msg = first_line(e)
+        if sets and not msg.startswith("--set "):  # the config's checks name the trainer's flags; here the
+            # values came from --set (messages that start with --set name it already)
+            msg += f" (from --set {' --set '.join(sets)})"
+        raise InputError(msg) from None
     if backend == "ray":
         return
     for device in sorted(devices):
@@ -108,6 +141,47 @@ def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
     return out
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The options `build_grid` does not see: workers, backend and its options, ``--root`` and ``--state-dir``
+    (made later: a file there, or an unknown URL, is refused now). Raises a one-line `InputError`."""
+    ray_only = [f for f, v in (("--address", args.address), ("--max-retries", args.max_retries),
+                                ("--cpus-per-run", args.cpus_per_run), ("--gpus-per-run", args.gpus_per_run))
+                if v is not None]
+    url = "://" in args.root
+    problems = [
+        (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
+        (url and args.backend != "ray", "a URL --root needs --backend ray"),
+        (args.ensemble_max is not None and args.backend != "ensemble",
+         "--ensemble-max needs --backend ensemble; add it, or drop --ensemble-max"),
+        (args.ensemble_max is not None and args.ensemble_max < 1,
+         f"--ensemble-max must be >= 1, got {args.ensemble_max}"),
+        (bool(ray_only) and args.backend != "ray",
+         f"{(ray_only or [''])[0]} is an option of --backend ray; add --backend ray, or drop it"),
+        (args.max_retries is not None and args.max_retries < 0, f"--max-retries must be >= 0, got {args.max_retries}"),
+        (args.cpus_per_run is not None and not (math.isfinite(args.cpus_per_run) and args.cpus_per_run > 0),
+         f"--cpus-per-run must be a finite number > 0, got {args.cpus_per_run}"),
+        (args.gpus_per_run is not None and not (math.isfinite(args.gpus_per_run) and args.gpus_per_run >= 0),
+         f"--gpus-per-run must be a finite number >= 0, got {args.gpus_per_run}"),
+        (args.backend == "ray" and importlib.util.find_spec("ray") is None,
+         "--backend ray needs Ray, which is not installed here: pip install -e \".[ray]\", or use --backend local "
+         "or ensemble"),
+    ]
+    for bad, msg in problems:
+        if bad:
+            raise InputError(msg)
+    if not url:
+        check_folder("--root", args.root)
+        return
+    check_folder("--state-dir", args.state_dir)  # grid.json and sweep.log of a URL root
+    try:
+        _, path, local = resolve(args.root)
+    except (ImportError, ValueError) as e:  # no fsspec, an unknown protocol, its package missing (s3fs ...)
+        raise InputError(f"--root {args.root}: {first_line(e)}; give an fsspec URL whose filesystem is installed "
+                         f"(s3:// needs s3fs, gs:// gcsfs), or a local folder") from None
+    if local:  # file://
+        check_folder("--root", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.lst.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,9 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(extra `ray`)")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                    help="ray: join this running cluster; default: start a local Ray instance")
-    p.add_argument("--max-retries", type=int, default=2, metavar="N", help="ray: re-run a failed run up to N times")
-    p.add_argument("--cpus-per-run", type=float, default=1, help="ray: CPUs (= torch threads) each run declares")
-    p.add_argument("--gpus-per-run", type=float, default=0, help="ray: GPUs each run declares (with --set device=cuda)")
+    p.add_argument("--max-retries", type=int, default=None, metavar="N",
+                   help="ray: re-run a failed run up to N times (default 2)")
+    p.add_argument("--cpus-per-run", type=float, default=None,
+                   help="ray: CPUs (= torch threads) each run declares (default 1)")
+    p.add_argument("--gpus-per-run", type=float, default=None,
+                   help="ray: GPUs each run declares (with --set device=cuda; default 0)")
     p.add_argument("--root", default="runs/lst-sweep",
                    help="sweep folder: one subfolder per run; with --backend ray also an fsspec URL (s3://...)")
     p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL")
@@ -151,27 +228,24 @@ def main(argv: list[str] | None = None) -> int:
 
     speed = SpeedOptions(compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     url = "://" in args.root
-    if url and args.backend != "ray":
-        p.error("a URL --root needs --backend ray")
-    if args.ensemble_max is not None and (args.backend != "ensemble" or args.ensemble_max < 1):
-        p.error("--ensemble-max needs --backend ensemble and K >= 1")
     try:
+        check_options(args)
         grid = build_grid(args.preset, sigmas=parse_sigmas(args.sigmas), seeds=args.seeds, sigma_seeds=args.sigma_seeds,
                           epochs=args.epochs, base_overrides=parse_overrides(args.overrides),
-                          include=tuple(args.groups.split(",")))
-        check_grid(grid, args.backend, speed)
-    except (InputError, ValueError) as e:
-        msg = str(e).splitlines()[0]
-        if args.overrides and not msg.startswith("--set "):  # the config's checks name the trainer's flags; here
-            # the values came from --set (messages that start with --set name it already)
-            msg += f" (from --set {' --set '.join(args.overrides)})"
-        p.error(msg)
+                          include=parse_groups(args.groups))
+        check_grid(grid, args.backend, speed, args.overrides)
+    except ValueError as e:  # InputError, and build_grid's unknown preset or group
+        p.error(first_line(e))
     root = Path(args.state_dir) if url else Path(args.root)  # grid.json and sweep.log
 
     def run_dir(s):
         return join(args.root, s.name) if url else root / s.name
 
     if not url:  # a run folder holding another config would be skipped as finished (or refused run by run)
+        files = [s.name for s in grid if root.joinpath(s.name).exists() and not root.joinpath(s.name).is_dir()]
+        if files:
+            p.error(f"{len(files)} run folder(s) under {args.root} are files, e.g. {files[0]}; move them away, "
+                    f"or use another --root")
         clashes = config_clashes(grid, run_dir)
         if clashes:
             p.error(f"{len(clashes)} run folder(s) under {args.root} hold runs of another config, e.g. {clashes[0]}; "
@@ -184,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         for s in grid:
             print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
         return 0
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # e.g. no permission: still nothing written
+        p.error(f"{'--state-dir' if url else '--root'} {root}: cannot make it ({e.strerror}); give another folder")
     logf = open(root / "sweep.log", "a")
 
     def log(msg: str) -> None:
@@ -199,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "ray":
         from analyses.lst.ray_runner import RayRunner
 
-        runner = RayRunner(args.address, max_retries=args.max_retries, cpus_per_run=args.cpus_per_run,
-                           gpus_per_run=args.gpus_per_run, log=log, speed=speed)
+        runner = RayRunner(args.address, max_retries=2 if args.max_retries is None else args.max_retries,
+                           cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
+                           gpus_per_run=0 if args.gpus_per_run is None else args.gpus_per_run, log=log, speed=speed)
     elif args.backend == "ensemble":
         from analyses.lst.ensemble_runner import EnsembleRunner
 
