@@ -121,7 +121,7 @@ def test_tampered_checkpoints_fail_cleanly(tmp_path, capsys):
     heads0 = tampered("heads0.pt", lambda c: c["config"]["model"].update(n_heads=0))
     missing = tampered("missing.pt", lambda c: c["model"].pop("blocks.0.attn.qkv.weight"))
     config_str = tampered("configstr.pt", lambda c: c.update(config="oops"))
-    for path, needle in ((heads0, "--heads must be >= 1"), (missing, "do not rebuild the model")):
+    for path, needle in ((heads0, "--heads must be an integer >= 1"), (missing, "do not rebuild the model")):
         refuse(["evaluate", path], capsys, needle)
         refuse(["analyze", path, "--view", "attention", *FAST], capsys, needle)
     refuse(["analyze", heads0, "--view", "qk", *FAST], capsys, "heads")

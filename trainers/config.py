@@ -178,9 +178,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(_int(cfg.seed) and cfg.seed >= 0, f"--seed must be an integer >= 0, got {cfg.seed!r}")
     _check(cfg.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}, got {cfg.device!r}")
     # model
-    _check(_int(m.n_layers) and m.n_layers >= 1, f"--layers must be >= 1, got {m.n_layers!r}")
-    _check(_int(m.n_heads) and m.n_heads >= 1, f"--heads must be >= 1, got {m.n_heads!r}")
-    _check(_int(m.d_model) and m.d_model >= 1, f"--d-model must be >= 1, got {m.d_model!r}")
+    _check(_int(m.n_layers) and m.n_layers >= 1, f"--layers must be an integer >= 1, got {m.n_layers!r}")
+    _check(_int(m.n_heads) and m.n_heads >= 1, f"--heads must be an integer >= 1, got {m.n_heads!r}")
+    _check(_int(m.d_model) and m.d_model >= 1, f"--d-model must be an integer >= 1, got {m.d_model!r}")
     _check(m.d_model % m.n_heads == 0, f"--d-model ({m.d_model}) must be divisible by --heads ({m.n_heads})")
     _check(_finite(m.mlp_ratio) and m.mlp_ratio > 0, f"--mlp-ratio must be a finite number > 0, got {m.mlp_ratio!r}")
     _check(int(round(m.mlp_ratio * m.d_model)) >= 1,  # the MLP's width, as `trainers.model` rounds it
@@ -203,23 +203,23 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(_finite(o.lr) and o.lr > 0, f"--lr must be a finite number > 0, got {o.lr!r}")
     _check(_finite(o.weight_decay) and o.weight_decay >= 0, f"--weight-decay must be >= 0, got {o.weight_decay!r}")
     _check(_finite(o.momentum) and 0 <= o.momentum < 1, f"--momentum must be in [0, 1), got {o.momentum!r}")
-    _check(_int(o.batch_size) and o.batch_size >= 1, f"--batch-size must be >= 1, got {o.batch_size!r}")
-    _check(_int(o.epochs) and o.epochs >= 1, f"--epochs must be >= 1, got {o.epochs!r}")
+    _check(_int(o.batch_size) and o.batch_size >= 1, f"--batch-size must be an integer >= 1, got {o.batch_size!r}")
+    _check(_int(o.epochs) and o.epochs >= 1, f"--epochs must be an integer >= 1, got {o.epochs!r}")
     # data
-    _check(_int(d.n_per_level) and d.n_per_level >= 2, f"--n-per-level must be >= 2, got {d.n_per_level!r}")
+    _check(_int(d.n_per_level) and d.n_per_level >= 2, f"--n-per-level must be an integer >= 2, got {d.n_per_level!r}")
     _check(_finite(d.test_frac) and 0 < d.test_frac < 1, f"data.test_frac must be in (0, 1), got {d.test_frac!r}")
     n_test = round(d.n_per_level * d.test_frac)  # the split's test share of each level's n puzzles
     if not 1 <= n_test < d.n_per_level:
         least = next((n for n in range(2, 10_000) if 1 <= round(n * d.test_frac) < n), "more")
         raise InputError(f"--n-per-level {d.n_per_level} leaves {'no test' if n_test < 1 else 'no training'} puzzles "
                          f"per level (test fraction {d.test_frac}); use --n-per-level >= {least}")
-    _check(_int(d.n_ood_per_level) and d.n_ood_per_level >= 1, f"data.n_ood_per_level must be >= 1, got {d.n_ood_per_level!r}")
+    _check(_int(d.n_ood_per_level) and d.n_ood_per_level >= 1, f"data.n_ood_per_level must be an integer >= 1, got {d.n_ood_per_level!r}")
     _check(_finite(d.min_jaccard) and 0 <= d.min_jaccard <= 1, f"--min-jaccard must be in [0, 1], got {d.min_jaccard!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
     _check(d.ood_puzzles is None or isinstance(d.ood_puzzles, str), "--ood-puzzles must be a file path")
     # schedule
-    _check(_int(cfg.eval_every) and cfg.eval_every >= 1, f"--eval-every must be >= 1, got {cfg.eval_every!r}")
-    _check(_int(cfg.ckpt_every) and cfg.ckpt_every >= 1, f"--ckpt-every must be >= 1, got {cfg.ckpt_every!r}")
+    _check(_int(cfg.eval_every) and cfg.eval_every >= 1, f"--eval-every must be an integer >= 1, got {cfg.eval_every!r}")
+    _check(_int(cfg.ckpt_every) and cfg.ckpt_every >= 1, f"--ckpt-every must be an integer >= 1, got {cfg.ckpt_every!r}")
     return cfg
 
 
@@ -352,7 +352,7 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
     if cfg.task == "netsim":
-        _check(_int(d.n_nodes) and d.n_nodes >= 4, f"--n-nodes must be >= 4, got {d.n_nodes!r}")
+        _check(_int(d.n_nodes) and d.n_nodes >= 4, f"--n-nodes must be an integer >= 4, got {d.n_nodes!r}")
         _check(d.dim in (2, 3), f"--dim must be 2 or 3, got {d.dim!r}")
         _check(d.layout in ("grid", "random", "file"), f"--layout must be grid, random or file, got {d.layout!r}")
         _check(d.layout != "file" or isinstance(d.coords_file, str), "--layout file needs --coords-file FILE")
@@ -369,5 +369,5 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _check(isinstance(d.test_subjects, str), "--test-subjects must be comma-separated subject ids")
         ids = [t.strip() for t in d.test_subjects.split(",") if t.strip()]
         _check(len(set(ids)) == len(ids), f"--test-subjects lists a subject twice ({d.test_subjects!r}); give each once")
-        _check(_int(d.n_test_subjects) and d.n_test_subjects >= 1, f"--n-test-subjects must be >= 1, got {d.n_test_subjects!r}")
+        _check(_int(d.n_test_subjects) and d.n_test_subjects >= 1, f"--n-test-subjects must be an integer >= 1, got {d.n_test_subjects!r}")
     return cfg

@@ -256,7 +256,8 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
 
 @pytest.mark.parametrize("argv,needle", [
     (["--set", "foo=1"], "unknown config key 'foo'"),
-    (["--set", "model.d_model=abc"], "--d-model must be >= 1"),
+    (["--set", "model.d_model=abc"], "--d-model must be an integer >= 1"),
+    (["--set", "model.d_model=8.0"], "--d-model must be an integer >= 1, got 8.0"),
     (["--set", "model.dropout=1.5"], "got 1.5 (from --set model.dropout=1.5)"),  # names where the value came from
     (["--set", "model.mlp_ratio=2"], "use --backend ensemble or ray"),  # no pe-probe train flag for it
     (["--sigmas", "0.1,x"], "--sigmas '0.1,x'"),
