@@ -63,7 +63,7 @@ from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
-    METRICS_FILE, SpeedOptions, _flatten, _trim_metrics, check_run_dir, checked_splits, checkpoints_at, compiled_step,
+    METRICS_FILE, SpeedOptions, _trim_metrics, flatten_config, check_run_dir, checked_splits, checkpoints_at, compiled_step,
     epoch_seed, evaluates_at, fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint,
     seed_everything, start_run_dir,
 )
@@ -75,7 +75,7 @@ BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW defaults, as `make_optimize
 
 def group_key(cfg: TrainConfig) -> str:
     """Everything that must be equal for two configs to train in one group (all but `VARYING`)."""
-    flat = _flatten(cfg.to_dict())
+    flat = flatten_config(cfg.to_dict())
     return json.dumps({k: v for k, v in sorted(flat.items()) if k not in VARYING})
 
 

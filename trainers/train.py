@@ -217,11 +217,12 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 # Run folder
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as dotted keys: {"optim.lr": 0.001, ...}."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten_config(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -230,7 +231,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(dotted key, old value, new value) for each setting that differs between two config dicts, sorted by
     key (ignoring IGNORED_FOR_RESUME; a key missing on one side has the value None there)."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten_config(old), flatten_config(new)
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
             if k not in IGNORED_FOR_RESUME and a.get(k) != b.get(k)]
 

@@ -8,13 +8,18 @@ learning rate is constant and each epoch's shuffle is seeded by (seed, epoch), s
 are exactly a quick-preset run of the same code: only the training length differs.
 
 With ``--base`` (the main sweep's folder, default ``runs/lst-sweep``) it also sets each run's epoch-40 state
-beside the main sweep's 40-epoch run of the same σ and seed, read from that sweep's ``analysis/*.csv``.
-Writes ``README.md``, ``table_*.csv`` and two figures, each with the CSV it was drawn from, to ``--out``.
+beside the main sweep's 40-epoch run of the same σ and seed, read from that sweep's ``analysis/*.csv``, for
+the pairs whose ``config.json`` agree in all but the training length and the checkpoint and evaluation
+cadence (the report names the pairs left out and why; a cross-check it skips, it says why).
+Writes ``README.md``, ``table_*.csv`` and two figures, each with the CSV it was drawn from, to ``--out``:
+written in a staging folder that replaces ``--out`` at the end, and only over a folder pe-probe wrote
+(``--force`` otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shlex
 import sys
@@ -25,11 +30,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyses.lst import setting
 from analyses.lst.grid import PRESET_EPOCHS
 from analyses.lst.report import (CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save, code_paths,
-                                 describe_paths, f3, fp, machine, md_table, paired_ci, rsa_change, spearman,
-                                 view_rows)
+                                 describe_paths, f3, fp, md_table, paired_ci, rsa_change, spearman, view_rows)
 from pe_probe.errors import InputError, OneLineArgumentParser
+from pe_probe.output import check_out_dir, staged_dir
 from trainers.provenance import describe_versions
 
 # the views followed at every checkpoint (`analyses.lst.analyse.TRAJECTORY`), with labels
@@ -37,6 +43,10 @@ GEOMETRY_VIEWS = (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "r
                   ("qk", "0", "qk view, layer 0"), ("kernel", "mean", "attention kernel"),
                   ("attention", "mean", "attention maps"))
 SIN2D = "2D sinusoid"
+DEFAULT_BASE = "runs/lst-sweep"
+# config keys the cross-check does not compare: the training length, the checkpoint and evaluation cadence (a
+# run's first epochs do not depend on them) and the preset's name (the values it sets are compared themselves)
+CROSSCHECK_IGNORES = ("optim.epochs", "ckpt_every", "eval_every", "preset")
 
 
 def arm(row: Any) -> str:
@@ -126,25 +136,49 @@ def geometry_table(ana: pd.DataFrame, first: int, last: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any], at: int) -> pd.DataFrame:
+def config_mismatch(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> str | None:
+    """Why two runs' configs make the cross-check meaningless (None when they agree in every key but
+    `CROSSCHECK_IGNORES`; a key an older config.json lacks counts as the config's default)."""
+    from trainers.config import TrainConfig
+    from trainers.train import flatten_config as flat
+
+    if mine is None or theirs is None:
+        return f"{'this' if mine is None else 'the main sweep'} run's config.json is missing"
+    default = flat(TrainConfig().to_dict())
+    a, b = {**default, **flat(mine)}, {**default, **flat(theirs)}
+    diff = [k for k in sorted(set(a) | set(b)) if k not in CROSSCHECK_IGNORES and a.get(k) != b.get(k)]
+    if not diff:
+        return None
+    said = ", ".join(f"{k} {a.get(k)!r} here vs {b.get(k)!r} there" for k in diff[:3])
+    return "configs differ: " + said + (f" and {len(diff) - 3} more key(s)" if len(diff) > 3 else "")
+
+
+def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any], at: int,
+                     configs: dict[str, dict[str, Any]] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Each run's state at epoch ``at`` beside the main sweep's ``at``-epoch run of the same arm and seed:
     held-out accuracy, the raw table's RSA (mean of layers), and the CPU attention code path of the main
-    sweep's run (`analyses.lst.report.code_paths`)."""
+    sweep's run (`analyses.lst.report.code_paths`). Pairs whose configs differ (`config_mismatch`; ``configs``
+    and ``base["configs"]``: run -> config.json) are left out: returns the table and one line per such pair."""
     base_runs = base.get("runs", pd.DataFrame())
     base_ana = base.get("analyses", pd.DataFrame())
     paths = base.get("paths", pd.Series(dtype=object))
+    configs, base_configs = configs or {}, base.get("configs", {})
     if base_runs.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(), []
     base_runs = with_arms(base_runs[base_runs.epochs == at])
     raw = view_rows(ana, "raw", "mean", last=False)
     base_raw = view_rows(base_ana, "raw", "mean") if not base_ana.empty else base_ana
-    rows = []
+    rows, left_out = [], []
     for r in evals[evals.epoch == at].itertuples():
         # the same kind of run: arm and seed, and group, placement and control (the main sweep also trains
         # learned tables at these sigmas with one table at the input, or other optimisers)
         b = base_runs[(base_runs.arm == r.arm) & (base_runs.seed == r.seed) & (base_runs.group == r.group)
                       & (base_runs.placement == r.placement) & (base_runs.control == r.control)]
         if b.empty:
+            continue
+        why = config_mismatch(configs.get(r.run), base_configs.get(b.run.iloc[0]))
+        if why:
+            left_out.append(f"{r.arm} seed {r.seed} (`{r.run}` vs `{b.run.iloc[0]}`): {why}")
             continue
         mine = raw[(raw.run == r.run) & (raw.epoch == at)].rsa_spearman
         theirs = base_raw[base_raw.run == b.run.iloc[0]].rsa_spearman if not base_raw.empty else pd.Series(dtype=float)
@@ -154,7 +188,7 @@ def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any
                      f"raw RSA (this run, epoch {at})": r3(mine.iloc[0]) if len(mine) else "n/a",
                      f"raw RSA (main sweep, {at} epochs)": r3(theirs.iloc[0]) if len(theirs) else "n/a",
                      "main sweep run's CPU attention": PATH_NAMES[paths.get(b.run.iloc[0], "unknown")]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), left_out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -300,18 +334,19 @@ def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
 
 def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: dict[str, Any], *, at: int,
                  cmd: str, notes: list[str] | None = None, n_perm: int = 500) -> Path:
-    """README.md, the tables and the figures of the longer-training report; returns the README's path."""
+    """README.md, the tables and the figures of the longer-training report into ``out`` (the command passes a
+    staging folder); returns the README's path. ``base``: `read_base`, or {"skipped": why} without a cross-check."""
     evals, ana, runs = with_arms(frames["evals"]), with_arms(frames["analyses"]), with_arms(frames["runs"])
     last = int(runs.epochs.min())
     if at >= last or at not in set(evals.epoch) or at not in set(ana.epoch):
-        raise InputError(f"--at {at}: the runs need an evaluation and a checkpoint at epoch {at} and must train past it "
-                         f"(they end at {last}); train with --set ckpt_every={at}, or choose another --at")
+        raise InputError(at_error(at, last))
     out.mkdir(parents=True, exist_ok=True)
     for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
         old.unlink()
     marks = sorted({at, *[e for e in (100, 200) if at < e < last], last})
+    cross, left_out = crosscheck_table(evals, ana, base, at, setting.run_configs(root, runs.run))
     tables = {"accuracy": accuracy_table(evals, marks, last), "geometry": geometry_table(ana, at, last),
-              "crosscheck": crosscheck_table(evals, ana, base, at)}
+              "crosscheck": cross}
     for name, df in tables.items():
         df.to_csv(out / f"table_{name}.csv", index=False)
     figs = {"accuracy": fig_accuracy(evals, at, out), "geometry": fig_geometry(ana, at, out)}
@@ -329,8 +364,10 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
          f"- Runs: `{root}`, {len(runs)} runs: " + ", ".join(f"{a} ({(runs.arm == a).sum()})" for a in arms(runs))
          + f"; seeds {', '.join(str(s) for s in sorted(runs.seed.unique()))}; {last} epochs; checkpoints every "
          f"{int(np.diff(sorted(ana.epoch.unique())).min())} epochs.",
-         f"- Hardware: {machine()}." + (f" Training time per run: median {secs.median() / 60:.0f} min "
-                                         f"(range {secs.min() / 60:.0f}-{secs.max() / 60:.0f} min)." if len(secs) else ""),
+         f"- Hardware (from each run's `provenance.jsonl`): {setting.hardware(root, runs.run)}."
+         + (f" Training time per run: median {secs.median() / 60:.0f} min (range {secs.min() / 60:.0f}-"
+            f"{secs.max() / 60:.0f} min; {setting.parallelism(root) or 'how many runs trained at once is not recorded'})."
+            if len(secs) else ""),
          "- Trainer code (git commit per run, from `provenance.jsonl`): "
          + describe_versions([root / r for r in runs.run]) + f"; CPU attention code path: {describe_paths(own)}.",
          "- Analyses as in the main report (`analyses.lst.analyse`): the views followed at every checkpoint (raw table, "
@@ -353,14 +390,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
           f"![RSA with the grid over checkpoints]({figs['geometry']}.png)\n",
           f"_RSA with the grid over checkpoints, per view (mean over seeds)_ (data: [`{figs['geometry']}.csv`]"
           f"({figs['geometry']}.csv))\n"]
-    if not tables["crosscheck"].empty:
-        diff = tables["crosscheck"]["difference (points)"].astype(float).abs()
-        L += [f"## Cross-check: epoch {at} of these runs vs the main sweep's {at}-epoch runs\n",
-              "Same σ, seed and preset. Where the two runs' CPU attention code paths differ (last column; the runs here: "
-              f"{describe_paths(own)}), they differ in floating-point rounding only ({MIXED}), so they need not match bit "
-              "for bit: `reports/benchmarks/precision.md` measures how far rounding alone moves one run. Here: median "
-              f"absolute difference {np.median(diff):.1f} points, largest {diff.max():.1f}.\n",
-              md_table(tables["crosscheck"])]
+    L += crosscheck_section(tables["crosscheck"], left_out, base, at, describe_paths(own))
     L += ["## Files\n",
           "`table_accuracy.csv`, `table_geometry.csv`, `table_crosscheck.csv`: the tables above; each figure with the CSV "
           f"it was drawn from. Tidy per-run tables: `{root}/analysis/`.\n",
@@ -370,9 +400,60 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
     return path
 
 
+def crosscheck_section(table: pd.DataFrame, left_out: list[str], base: dict[str, Any], at: int, own_paths: str) -> list[str]:
+    """The cross-check's lines: the table, the pairs left out and why, or why there is no cross-check."""
+    L = [f"## Cross-check: epoch {at} of these runs vs the main sweep's {at}-epoch runs\n"]
+    if "runs" not in base:
+        return L + [f"Skipped: {base.get('skipped', 'no main sweep was given')}.\n"]
+    if not table.empty:
+        diff = table["difference (points)"].astype(float).abs()
+        L += ["Same σ, seed and config (all but the training length and the checkpoint and evaluation cadence, from the "
+              "runs' `config.json`). Where the two runs' CPU attention code paths differ (last column; the runs here: "
+              f"{own_paths}), they differ in floating-point rounding only ({MIXED}), so they need not match bit "
+              "for bit: `reports/benchmarks/precision.md` measures how far rounding alone moves one run. Here: median "
+              f"absolute difference {np.median(diff):.1f} points, largest {diff.max():.1f}.\n",
+              md_table(table)]
+    elif not left_out:
+        L.append(f"No run of the main sweep `{base.get('root')}` trained {at} epochs with the arm, seed, group, placement "
+                 "and control of these runs.\n")
+    if left_out:
+        L.append(f"Left out: {len(left_out)} pair{'s' if len(left_out) != 1 else ''} of runs whose configs do not match "
+                 "in all but the training length and the checkpoint and evaluation cadence (or cannot be read), where a "
+                 "difference would not be rounding alone:\n")
+        L += [f"- {w}" for w in left_out] + [""]
+    return L
+
+
+def at_error(at: int, last: int) -> str:
+    return (f"--at {at}: the runs need an evaluation and a checkpoint at epoch {at} and must train past it "
+            f"(they end at {last}); train with --set ckpt_every={at}, or choose another --at")
+
+
+def at_problem(root: Path, at: int) -> str | None:
+    """`at_error` when no finished run's config.json checkpoints at epoch ``at`` before its end (checked before
+    any work; None when the configs cannot tell, and `write_report` checks the data)."""
+    from analyses.lst.analyse import finished_runs
+
+    try:
+        cfgs = [json.loads((d / "config.json").read_text()) for d in finished_runs(root)]
+        last, every = min(int(c["optim"]["epochs"]) for c in cfgs), [int(c["ckpt_every"]) for c in cfgs]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return at_error(at, last) if at >= last or not any(at % e == 0 for e in every) else None
+
+
+def base_problem(root: Path) -> str | None:
+    """Why ``root`` cannot serve as the main sweep of the cross-check, or None."""
+    if not root.is_dir():
+        return "does not exist"
+    if not (root / "analysis" / "runs.csv").is_file() or not (root / "analysis" / "analyses.csv").is_file():
+        return f"has no analysis/runs.csv and analyses.csv (write them with python -m analyses.lst.analyse --root {root})"
+    return None
+
+
 def read_base(root: Path | None) -> dict[str, Any]:
-    """The main sweep's tidy tables (``ROOT/analysis/runs.csv`` and ``analyses.csv``) and each run's CPU
-    attention code path (``paths``), or {} without them."""
+    """The main sweep's tidy tables (``ROOT/analysis/runs.csv`` and ``analyses.csv``), each run's CPU attention
+    code path (``paths``) and config.json (``configs``), or {} without them."""
     if root is None:
         return {}
     folder = root / "analysis"
@@ -380,21 +461,23 @@ def read_base(root: Path | None) -> dict[str, Any]:
         return {}
     runs = pd.read_csv(folder / "runs.csv")
     return {"runs": runs, "analyses": pd.read_csv(folder / "analyses.csv", low_memory=False),
-            "paths": code_paths(root, runs)}
+            "paths": code_paths(root, runs), "configs": setting.run_configs(root, runs.run), "root": root}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.lst.length", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="runs/lst-long", help="the longer sweep's folder (default: %(default)s)")
-    p.add_argument("--base", default="runs/lst-sweep",
-                   help="the main sweep's folder, for the cross-check ('' to skip; default: %(default)s)")
+    p.add_argument("--base", default=None,
+                   help=f"the main sweep's folder, for the cross-check ('' to skip; default: {DEFAULT_BASE}, skipped "
+                        "with a word in the report when it is missing)")
     p.add_argument("--out", default="reports/lst-long", help="report folder (default: %(default)s)")
     p.add_argument("--at", type=int, default=40, help="the earlier epoch compared with the end (default: %(default)s)")
     p.add_argument("--n-perm", type=int, default=500, help="Mantel permutations per analysis (default: %(default)s)")
     p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     args = p.parse_args(argv)
     from analyses.lst.analyse import check_arguments, collect, write_tables
 
@@ -402,21 +485,39 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--at must be >= 1, got {args.at}")
     root = Path(args.root)
     check_arguments(p, root, args.n_perm, args.n_boot)
+    base_dir = Path(args.base if args.base is not None else DEFAULT_BASE) if args.base != "" else None
+    why = base_problem(base_dir) if base_dir is not None else None
+    if why and args.base is not None:  # named by the user: a usage error
+        p.error(f"--base {args.base} {why}; pass the main sweep's folder, or --base '' to skip the cross-check")
+    try:
+        check_out_dir(args.out, args.force, inputs=[root] + ([base_dir] if base_dir is not None else []))
+    except InputError as e:
+        p.error(str(e))
+    problem = at_problem(root, args.at)
+    if problem:
+        p.error(problem)
     import torch
 
     torch.set_num_threads(1)
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
-    cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)} --base {shlex.quote(args.base)} "
-           f"--out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else "")
+    cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)}"
+           + (f" --base {shlex.quote(args.base)}" if args.base is not None else "")
+           + f" --out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else "")
            + "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
            + "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note))
+    if base_dir is None:
+        base = {"skipped": "--base '' was given"}
+    elif why:
+        base = {"skipped": f"the main sweep's folder {base_dir} (the default --base) {why}"}
+    else:
+        base = read_base(base_dir)
     try:
-        path = write_report(root, Path(args.out), frames, read_base(Path(args.base) if args.base else None),
-                            at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm)
+        with staged_dir(args.out, args.force) as stage:  # replaces --out only once the whole report is written
+            write_report(root, stage, frames, base, at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm)
     except InputError as e:
         p.error(str(e))
-    print(f"report written to {path}")
+    print(f"report written to {Path(args.out) / 'README.md'}")
     return 0
 
 

@@ -2,7 +2,10 @@
 
 One command: it analyses every finished run that is not cached yet (`analyses.lst.analyse`), writes
 the tidy tables to ``ROOT/analysis/``, then writes ``reports/lst/README.md`` and its figures (PNG, each
-with the CSV it was drawn from). Every number in the folder comes from this command.
+with the CSV it was drawn from). Every number in the folder comes from this command, the setting's too: it
+describes the runs from their ``config.json``, ``provenance.jsonl`` and the sweep's ``grid.json`` and ``sweep.log``
+(`analyses.lst.setting`). The folder is written in a staging folder that replaces ``--out`` at the end, and only
+over a folder pe-probe wrote (``--force`` otherwise).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import shlex
 import sys
 import time
@@ -20,7 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pe_probe.errors import OneLineArgumentParser
+from analyses.lst import setting
+from analyses.lst.analyse import N_PUZZLES, REFERENCE
+from analyses.lst.grid import PRESET_EPOCHS, PRESET_SETTINGS
+from pe_probe.errors import InputError, OneLineArgumentParser
+from pe_probe.output import check_out_dir, staged_dir
 from pe_probe.report.style import OKABE_ITO
 from trainers.provenance import describe_versions
 
@@ -37,6 +43,7 @@ STUDY = {
 # Study numbers DESIGN.md gives only approximately ("about 99%"): printed as ~99
 STUDY_APPROX = {"weight decay"}
 STUDY_RHO = -0.98
+STUDY_OOD_PUZZLES = 108  # the study's held-out set: its human-study puzzles
 LEVELS = ("binary", "ternary", "quaternary")
 # (view, layer) pairs shown in the identifiability figures, with labels
 VIEWS = (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "raw table, layer 0"),
@@ -687,15 +694,6 @@ def model_line(root: Path, runs: pd.DataFrame) -> str:
             f"lr from a short pilot; weight-decay controls: AdamW wd 0.1.")
 
 
-def machine() -> str:
-    import os
-
-    import torch
-
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores (shared), no GPU; Python "
-            f"{platform.python_version()}, torch {torch.__version__}; 1 thread per training process")
-
-
 # ---------------------------------------------------------------------------------------------------
 # Verdicts: each label is decided by one of these rules, the ones the report's criteria paragraph states
 
@@ -989,6 +987,7 @@ def criteria_text() -> str:
 
 def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: str, notes: list[str] | None = None,
                  n_perm: int = 500, n_boot: int = 500) -> Path:
+    """README.md, figures and tables into ``out`` (the command passes a staging folder); returns the README's path."""
     out.mkdir(parents=True, exist_ok=True)
     for old in list(out.glob("*.png")) + list(out.glob("*.csv")):
         old.unlink()
@@ -1041,24 +1040,29 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     L.append(f"- Training length: {', '.join(str(e) for e in epochs)} epochs (the study: 4,000); σ-grid seeds: "
              f"{', '.join(str(s) for s in seeds)} (the study: 15).")
     secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
-    L.append(f"- Hardware: {machine()}."
-             + (f" Training time per run: median {secs.median():.0f} s (range {secs.min():.0f}-{secs.max():.0f} s, "
-                "2 runs in parallel)." if len(secs) else ""))
+    side = setting.parallelism(root) or "how many runs trained at once is not recorded"
+    L.append(f"- Hardware (from each run's `provenance.jsonl`): {setting.hardware(root, sorted(done))}."
+             + (f" Training time per run: median {secs.median():.0f} s (range {secs.min():.0f}-{secs.max():.0f} s; "
+                f"{side})." if len(secs) else ""))
     L.append("- Trainer code (git commit per run, from each run's `provenance.jsonl`): "
              + describe_versions([root / name for name in sorted(done)]) + ".")
     if not runs.empty:
         L.append(f"- CPU attention code path per run, inferred from the session start times in each run's `train.log` and "
                  f"its training time against commit {ATTENTION_SWITCH[0]} ({ATTENTION_SWITCH[1]}), which replaced torch's "
                  f"fused CPU attention kernel by matmul-softmax ({MIXED}): {describe_paths(paths)}.")
-    L.append("- Model: " + model_line(root, runs) + " The paper preset (d_model 160, lr 1e-4, 4,000 epochs, 15 seeds) "
-             "is for a GPU and was not run here.")
-    L.append("- Held-out (OOD) set: 108 generated puzzles (36 per level), every training puzzle at Jaccard distance ≥ 0.8 "
-             "(the study's 108 human-study puzzles are not available here). Chance is 25%. One run's held-out accuracy at 40 "
-             "epochs is sensitive to floating-point rounding (a different summation order moves it by several points: "
+    from trainers.config import PRESETS  # imports torch: not at module level
+
+    configs = setting.run_configs(root, sorted(done))
+    L.append("- Model: " + model_line(root, runs)
+             + setting.paper_note(grid.get("preset"), configs, PRESETS["paper"], PRESET_SETTINGS["paper"]["seeds"]))
+    L.append(f"- Held-out (OOD) set: {setting.heldout_text(configs, len(LEVELS), STUDY_OOD_PUZZLES)}. Chance is "
+             f"{100 * CHANCE:.0f}%. One run's held-out accuracy at {PRESET_EPOCHS['quick']} epochs of the quick preset is "
+             "sensitive to floating-point rounding (a different summation order moves it by several points: "
              "`reports/benchmarks/precision.md`), so σ values are compared over seeds.")
     L.append("- Analyses: last checkpoint of each run, every view; earlier checkpoints: raw mean, raw layer 0, kernel, qk "
-             f"layer 0, attention maps (trajectories). {n_perm} permutations / {n_boot} bootstrap resamples; reference `sin2d:4x4`; "
-             "attention maps on 500 fresh puzzles compared with the final 2D-sinusoid run of the same seed.")
+             f"layer 0, attention maps (trajectories). {n_perm} permutations / {n_boot} bootstrap resamples; reference "
+             f"`{REFERENCE}`; attention maps on {N_PUZZLES} fresh puzzles compared with the final 2D-sinusoid run of the "
+             "same seed.")
     L += [f"- Note: {n}" for n in notes or []]
     L.append("")
     L.append("## Verdicts on the study's claims\n")
@@ -1116,10 +1120,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
     p.add_argument("--note", action="append", default=[], metavar="TEXT",
                    help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     args = p.parse_args(argv)
     from analyses.lst.analyse import check_arguments, collect, write_tables
 
     check_arguments(p, Path(args.root), args.n_perm, args.n_boot)
+    try:
+        check_out_dir(args.out, args.force, inputs=[args.root])
+    except InputError as e:
+        p.error(str(e))
     import torch
 
     torch.set_num_threads(1)
@@ -1129,8 +1138,12 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python -m analyses.lst.report --root " + str(args.root) + ("" if args.out == "reports/lst" else f" --out {args.out}")
     cmd += "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
     cmd += "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note)
-    path = write_report(root, Path(args.out), frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot)
-    print(f"report written to {path}")
+    try:
+        with staged_dir(args.out, args.force) as stage:  # replaces --out only once the whole report is written
+            write_report(root, stage, frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot)
+    except InputError as e:
+        p.error(str(e))
+    print(f"report written to {Path(args.out) / 'README.md'}")
     return 0
 
 

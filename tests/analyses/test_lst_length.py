@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -63,7 +65,27 @@ def base_frames() -> dict:
     wd = runs[(runs.sigma == 0.1)].assign(run=lambda d: "wd-" + d.run, group="control", control="wd0.1", ood_acc=0.5)
     runs = pd.concat([wd, runs], ignore_index=True)
     paths = pd.Series({r.run: "fused" if r.seed == 0 else "matmul" for r in runs.itertuples()}, dtype=object)
-    return {"runs": runs, "analyses": ana, "paths": paths}
+    return {"runs": runs, "analyses": ana, "paths": paths, "configs": configs(runs, epochs=4, ckpt_every=1)}
+
+
+def configs(runs: pd.DataFrame, epochs: int = 8, ckpt_every: int = 4, **overrides) -> dict[str, dict]:
+    """run -> the config.json it would have: its PE, σ and seed, ``epochs`` and checkpoint cadence, ``overrides``."""
+    from trainers.config import make_config
+
+    out = {}
+    for r in runs.drop_duplicates("run").itertuples():
+        sigma = r.sigma if r.sigma is not None and np.isfinite(r.sigma) else 0.1
+        out[r.run] = make_config("quick", {"pe.kind": r.pe, "pe.init_std": float(sigma), "seed": int(r.seed),
+                                           "optim.epochs": epochs, "ckpt_every": ckpt_every, "eval_every": ckpt_every,
+                                           **overrides}).to_dict()
+    return out
+
+
+def write_configs(root: Path, cfgs: dict[str, dict]) -> Path:
+    for run, cfg in cfgs.items():
+        (root / run).mkdir(parents=True, exist_ok=True)
+        (root / run / "config.json").write_text(json.dumps(cfg))
+    return root
 
 
 def test_arms_are_labelled_and_ordered_by_sigma():
@@ -113,7 +135,8 @@ def test_geometry_finding_and_table_give_the_per_run_change():
 
 def test_written_report_files_and_crosscheck(tmp_path):
     out = tmp_path / "report"
-    path = LEN.write_report(tmp_path / "sweep", out, frames(), base_frames(), at=4, cmd="python -m analyses.lst.length",
+    root = write_configs(tmp_path / "sweep", configs(frames()["runs"]))
+    path = LEN.write_report(root, out, frames(), base_frames(), at=4, cmd="python -m analyses.lst.length",
                             notes=["where the runs came from"])
     text = path.read_text()
     assert "- Note: where the runs came from" in text and "With 2 seeds per arm" in text
@@ -124,7 +147,7 @@ def test_written_report_files_and_crosscheck(tmp_path):
     assert len(cross) == 8 and set(cross["difference (points)"]) == {-1.0}
     assert set(cross[cross.seed == 0]["main sweep run's CPU attention"]) == {"torch's fused kernel"}
     assert set(cross[cross.seed == 1]["main sweep run's CPU attention"]) == {"matmul-softmax"}
-    assert "median absolute difference 1.0 points, largest 1.0" in text
+    assert "median absolute difference 1.0 points, largest 1.0" in text and "Left out" not in text
     acc = pd.read_csv(out / "accuracy_over_training.csv")
     assert set(acc.epoch) == set(EPOCHS) and len(acc) == 16
     geo = pd.read_csv(out / "geometry_over_training.csv")
@@ -160,3 +183,121 @@ def test_read_base_reads_the_tidy_tables_or_nothing(tmp_path):
     got = LEN.read_base(tmp_path)
     assert len(got["runs"]) == 10 and len(got["analyses"]) == len(b["analyses"])
     assert set(got["paths"]) == {"unknown"}  # no train.log to date the runs by
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cross-check compares only runs of the same config
+
+
+def test_crosscheck_leaves_out_pairs_whose_configs_differ(tmp_path):
+    f, base = frames(), base_frames()
+    mine = configs(f["runs"])
+    base["configs"]["base-learned-0.1-seed1"]["model"]["d_model"] = 32  # the main sweep's σ 0.1, seed 1 was narrower
+    base["configs"]["base-sin2d-None-seed0"]["optim"]["lr"] = 5e-4
+    ev, an = LEN.with_arms(f["evals"]), LEN.with_arms(f["analyses"])
+    table, left_out = LEN.crosscheck_table(ev, an, base, 4, mine)
+    assert len(table) == 6 and not ((table.arm == "σ = 0.1") & (table.seed == 1)).any()
+    assert not ((table.arm == "2D sinusoid") & (table.seed == 0)).any()
+    assert sorted(left_out) == [
+        "2D sinusoid seed 0 (`sin2d-None-seed0` vs `base-sin2d-None-seed0`): configs differ: optim.lr 0.001 here vs "
+        "0.0005 there",
+        "σ = 0.1 seed 1 (`learned-0.1-seed1` vs `base-learned-0.1-seed1`): configs differ: model.d_model 64 here vs "
+        "32 there"]
+    # epochs and the checkpoint / evaluation cadence differ in every pair (8 vs 4 epochs, 4 vs 1): not a reason
+    assert all("epochs" not in w and "ckpt_every" not in w for w in left_out)
+    # a key an older config.json lacks counts as its default: not a difference
+    del base["configs"]["base-learned-2.0-seed0"]["model"]["readout"]
+    assert len(LEN.crosscheck_table(ev, an, base, 4, mine)[0]) == 6
+    # without this run's config.json the pair cannot be checked: left out too
+    table, left_out = LEN.crosscheck_table(ev, an, base_frames(), 4, {})
+    assert table.empty and len(left_out) == 8 and all("this run's config.json is missing" in w for w in left_out)
+    text = LEN.write_report(write_configs(tmp_path / "sweep", mine), tmp_path / "out", f, base, at=4, cmd="").read_text()
+    section = text[text.index("## Cross-check"):text.index("## Files")]
+    assert "Left out: 2 pairs of runs whose configs do not match" in section and "model.d_model 64 here vs 32 there" in section
+    assert len(pd.read_csv(tmp_path / "out" / "table_crosscheck.csv")) == 6
+
+
+# ---------------------------------------------------------------------------------------------------
+# the command: --base and --out checked before any work; a skipped cross-check is said
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    """A long sweep of finished runs (config.json, last.pt) whose analysis is `frames()`; returns (root, calls):
+    calls lists every `collect` call."""
+    import torch
+
+    from analyses.lst import analyse
+
+    root = write_configs(tmp_path / "long", configs(frames()["runs"]))
+    for run in frames()["runs"].run:
+        torch.save({"epoch": 8}, root / run / "last.pt")
+    calls = []
+    monkeypatch.setattr(analyse, "collect", lambda *a, **k: calls.append(a) or frames())
+    monkeypatch.chdir(tmp_path)  # the default --base runs/lst-sweep does not exist here
+    return root, calls
+
+
+def _main(args: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = LEN.main(args + ["--at", "4", "--n-perm", "5", "--n-boot", "5"])
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def _base_folder(path: Path, with_tables: bool = True) -> Path:
+    b = base_frames()
+    write_configs(path, b["configs"])
+    if with_tables:
+        (path / "analysis").mkdir()
+        b["runs"].to_csv(path / "analysis" / "runs.csv", index=False)
+        b["analyses"].to_csv(path / "analysis" / "analyses.csv", index=False)
+    return path
+
+
+@pytest.mark.parametrize("make,says", [(lambda p: p, "does not exist"),
+                                       (lambda p: _base_folder(p, with_tables=False), "has no analysis/runs.csv")])
+def test_a_named_base_that_cannot_serve_is_a_usage_error_before_any_work(tmp_path, cli, capsys, make, says):
+    root, calls = cli
+    base = make(tmp_path / "main")
+    code, err = _main(["--root", str(root), "--base", str(base), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and f"--base {base} {says}" in err and "--base '' to skip" in err and len(err.splitlines()) == 1
+    assert not calls and not (tmp_path / "out").exists() and not (root / "analysis").exists()
+
+
+@pytest.mark.parametrize("base,says", [(None, "Skipped: the main sweep's folder runs/lst-sweep (the default --base) "
+                                               "does not exist."),
+                                       ("", "Skipped: --base '' was given.")])
+def test_a_skipped_crosscheck_is_said_in_the_report(tmp_path, cli, capsys, base, says):
+    root, _ = cli
+    out = tmp_path / "out"
+    assert _main(["--root", str(root), "--out", str(out)] + (["--base", base] if base is not None else []), capsys)[0] == 0
+    text = (out / "README.md").read_text()
+    assert says in text[text.index("## Cross-check"):]
+    cmd = text[text.index("```bash"):text.index("```\n\n")]
+    assert ("--base" in cmd) == (base is not None)  # the regenerate command names --base only when it was given
+
+
+def test_a_named_base_is_cross_checked_and_out_is_replaced_only_when_ours(tmp_path, cli, capsys):
+    root, _ = cli
+    base = _base_folder(tmp_path / "main")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, err = _main(["--root", str(root), "--base", str(base), "--out", str(out)], capsys)
+    assert code == 2 and "was not written by pe-probe" in err and (out / "notes.txt").read_text() == "mine"
+    assert _main(["--root", str(root), "--base", str(base), "--out", str(out), "--force"], capsys)[0] == 0
+    assert not (out / "notes.txt").exists() and (out / ".pe-probe-output").exists()
+    assert len(pd.read_csv(out / "table_crosscheck.csv")) == 8
+    code, err = _main(["--root", str(root), "--base", str(base), "--out", str(base), "--force"], capsys)
+    assert code == 2 and f"--out {base} is or holds the input {base}" in err and (base / "analysis" / "runs.csv").exists()
+
+
+def test_an_at_without_checkpoints_is_refused_before_any_work(tmp_path, cli, capsys):
+    root, calls = cli
+    with pytest.raises(SystemExit) as e:
+        LEN.main(["--root", str(root), "--base", "", "--out", str(tmp_path / "out"), "--at", "3"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--at 3: the runs need an evaluation and a checkpoint at epoch 3" in err
+    assert not calls and not (tmp_path / "out").exists() and not (root / "analysis").exists()

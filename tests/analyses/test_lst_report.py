@@ -250,11 +250,17 @@ def _frames():
 
 
 def test_written_report_labels_and_csvs(tmp_path):
+    from trainers.config import make_config
+
     root = tmp_path / "sweep"
     root.mkdir()
     (root / "grid.json").write_text(json.dumps({"preset": "quick", "runs": []}))
+    frames = _frames()
+    for run in frames["runs"].run:  # the held-out set is described from the runs' config.json
+        (root / run).mkdir()
+        (root / run / "config.json").write_text(json.dumps(make_config("quick").to_dict()))
     out = tmp_path / "report"
-    text = R.write_report(root, out, _frames(), "python -m analyses.lst.report --root X").read_text()
+    text = R.write_report(root, out, frames, "python -m analyses.lst.report --root X").read_text()
     acc = pd.read_csv(out / "accuracy_vs_sigma.csv")
     bounds = acc.filter(like="_ci_")
     assert bounds.notna().any().any() and (bounds.max().max() <= 1.0) and (bounds.min().min() >= 0.0)

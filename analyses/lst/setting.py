@@ -1,0 +1,123 @@
+"""The LST reports' setting lines, read from what the sweep recorded (never from the machine writing the report).
+
+`run_configs` reads each run's ``config.json``; `heldout_text` and `paper_note` describe the data and the
+preset from them; `parallelism` reads ``ROOT/sweep.log``; `hardware` summarises each run's
+``provenance.jsonl``. Where the runs differ, the values are listed with their counts; where nothing was
+recorded, the text says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainers.provenance import read_sessions
+
+# provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded)
+HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("device", "device"), ("torch", "torch"),
+                 ("python", "Python"), ("torch_threads", "torch threads per process"))
+# the sweep's call summary in sweep.log (`analyses.lst.sweep`) and the ensemble backend's start line
+_CALL = re.compile(r"sweep \S+: \d+ runs, \d+ finished, (\d+) to train \((?:(\d+) workers|(ray))\)")
+_ENSEMBLE = "as batched ensembles"
+
+
+def run_configs(root: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """run -> its ``config.json`` (runs without a readable one are left out)."""
+    out = {}
+    for name in names:
+        try:
+            out[str(name)] = json.loads((Path(root) / str(name) / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def dotted(cfg: dict[str, Any], key: str) -> Any:
+    """``cfg["a"]["b"]`` for the key "a.b" (None where missing)."""
+    for part in key.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def counted(values: Counter, n: int) -> str:
+    """"cpu" when every one of the ``n`` runs has that value, else "cpu (3 runs), cuda (2 runs)"."""
+    if len(values) == 1 and sum(values.values()) == n:
+        return str(next(iter(values)))
+    return ", ".join(f"{v} ({c} run{'s' if c != 1 else ''})" for v, c in values.most_common())
+
+
+def heldout_text(configs: dict[str, dict[str, Any]], n_levels: int, study_n: int) -> str:
+    """The held-out set the runs used (from their data config): its size and the Jaccard filter."""
+    if not configs:
+        return "not recorded (no run has a config.json)"
+    kinds: Counter = Counter()
+    for c in configs.values():
+        per, jac, path = (dotted(c, f"data.{k}") for k in ("n_ood_per_level", "min_jaccard", "ood_puzzles"))
+        what = (f"the puzzles of `{path}`" if path else f"{n_levels * per} generated puzzles ({per} per level)"
+                if isinstance(per, int) else "generated puzzles (how many is not recorded)")
+        far = ("the distance filter is not recorded" if not isinstance(jac, (int, float)) else
+               f"every training puzzle at Jaccard distance ≥ {jac:g} from them" if jac > 0 else
+               "no distance filter between training and held-out puzzles")
+        kinds[f"{what}, {far}"] += 1
+    text = counted(kinds, len(configs)) if len(kinds) > 1 else next(iter(kinds))
+    if not any(dotted(c, "data.ood_puzzles") for c in configs.values()):
+        text += f" (the study's {study_n} human-study puzzles are not available here)"
+    return text
+
+
+def paper_note(grid_preset: str | None, configs: dict[str, dict[str, Any]], paper: dict[str, Any], seeds: int) -> str:
+    """A sentence saying the paper preset was not run, when the sweep's preset is known and is not it; else ''."""
+    presets = {p for p in [grid_preset, *(c.get("preset") for c in configs.values())] if p and p != "?"}
+    if not presets or "paper" in presets:
+        return ""
+    return (f" The paper preset (d_model {paper['model.d_model']}, lr {paper['optim.lr']:g}, {paper['optim.epochs']:,} "
+            f"epochs, {seeds} seeds) is meant for a GPU and was not run for this sweep.")
+
+
+def parallelism(root: Path) -> str | None:
+    """How the sweep's calls that trained runs ran them side by side, from ``ROOT/sweep.log``; None if not recorded."""
+    log = Path(root) / "sweep.log"
+    if not log.is_file():
+        return None
+    calls: list[list[Any]] = []  # [runs to train, workers, ray, ensemble]
+    for line in log.read_text(errors="replace").splitlines():
+        m = _CALL.search(line)
+        if m:
+            calls.append([int(m[1]), m[2], bool(m[3]), False])
+        elif calls and _ENSEMBLE in line:
+            calls[-1][3] = True
+    kinds = Counter("on Ray, as many at once as the cluster allowed" if ray else
+                    f"as batched ensembles on {w} worker thread{'s' if w != '1' else ''}" if ens else
+                    f"up to {w} run{'s' if w != '1' else ''} at a time"
+                    for todo, w, ray, ens in calls if todo > 0)
+    if not kinds:
+        return None
+    if len(kinds) == 1:
+        return f"trained {next(iter(kinds))}, from sweep.log"
+    return "trained " + ", ".join(f"{k} in {c} sweep call{'s' if c != 1 else ''}" for k, c in kinds.items()) + ", from sweep.log"
+
+
+def hardware(root: Path, names: Iterable[str]) -> str:
+    """What trained the runs, from their ``provenance.jsonl`` (device, torch, Python, threads; host and platform
+    where recorded); values that differ between runs are listed with their counts."""
+    names = [str(n) for n in names]
+    values: dict[str, Counter] = {k: Counter() for k, _ in HARDWARE_KEYS}
+    recorded = 0
+    for name in names:
+        sessions = read_sessions(Path(root) / name)
+        recorded += bool(sessions)
+        for key, _ in HARDWARE_KEYS:
+            seen = list(dict.fromkeys(str(s[key]) for s in sessions if s.get(key) is not None))
+            if seen:
+                values[key][" then ".join(seen)] += 1
+    if not recorded:
+        return f"not recorded (none of the {len(names)} runs has a provenance.jsonl)"
+    text = "; ".join(f"{label} {counted(values[k], recorded)}" for k, label in HARDWARE_KEYS if values[k])
+    if not (values["hostname"] or values["platform"]):
+        text += "; the machine itself (CPU or GPU model, cores) is not recorded"
+    if recorded < len(names):
+        text += f" (from the {recorded} of {len(names)} runs that have a provenance.jsonl)"
+    return text
