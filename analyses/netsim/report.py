@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pe_probe.errors import OneLineArgumentParser
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Scale, add_scale_arguments, analyse_sweep, at_chance_criteria,
-                                   check_trained, claim_levels, conditions, deterministic_labels, layer_levels, layer_section,
-                                   level_criteria, markdown_table, n_clipped, resolve_scale, run_sweep, sigma_figure,
-                                   summarise, t_value, write_json, write_layers)
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.output import staged_dir
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, add_scale_arguments, analyse_sweep,
+                                   at_chance_criteria, check_runs, check_trained, claim_levels, conditions,
+                                   deterministic_labels, layer_levels, layer_section, level_criteria, markdown_table,
+                                   n_clipped, regenerate_lines, resolve_scale, run_sweep, sigma_figure, summarise,
+                                   t_value, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -32,10 +34,9 @@ FIXED = ["sin2d", "none"]
 
 
 SCALES = {
-    "pilot": Scale("pilot", "quick", (0, 1), "report-netsim", "netsim",
-                   "about 5 minutes on one shared CPU core", "python -m analyses.netsim.report"),
+    "pilot": Scale("pilot", "quick", (0, 1), "report-netsim", "netsim", "about 5 minutes on one shared CPU core"),
     "standard": Scale("standard", "standard", (0, 1, 2, 3), "report-netsim-standard", "netsim-standard",
-                      "about 35 minutes on two CPU cores", "python -m analyses.netsim.report --scale standard --workers 2"),
+                      "about 35 minutes on two CPU cores"),
 }
 
 
@@ -124,20 +125,38 @@ def linear_baseline(cfg) -> dict[str, object]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> OneLineArgumentParser:
+    """The report's command-line options."""
     p = OneLineArgumentParser(prog="python -m analyses.netsim.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scale_arguments(p, SCALES, "pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on "
                         "8,000 windows, 4 seeds)", "netsim")
-    args = p.parse_args(argv)
-    scale, runs, out = resolve_scale(p, args, SCALES, ROOT)
-    conds = conditions(SIGMAS, FIXED)
-    check_trained(p, args, "netsim", runs, conds, list(scale.seeds), scale.preset)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Check every input (one-line errors, exit 2, nothing written), train the sweep, write the report."""
+    p = parser()
+    args = p.parse_args(argv)
+    plan = resolve_scale(p, args, SCALES, ROOT)
+    scale = plan.scale
+    conds = conditions(SIGMAS, FIXED)
+    check_runs(p, "netsim", plan.runs, conds, list(scale.seeds), scale.preset)
+    check_trained(p, args, "netsim", plan.runs, conds, list(scale.seeds), scale.preset)
+    try:
+        build(plan, conds, args.workers, args.force)
+    except InputError as e:
+        p.error(first_line(e))
+    print(f"wrote {plan.out / 'README.md'}")
+    return 0
+
+
+def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:
+    """Train the sweep into ``plan.runs``, analyse it and write the report folder ``plan.out`` atomically."""
     from trainers.config import make_masked_config
     from trainers.tasks.netsim import activity_geometry, make_network, simulate_windows
 
+    scale, runs = plan.scale, plan.runs
     # 1. the ground truth is in the activity itself
     cfg = make_masked_config("netsim", scale.preset)
     d = cfg.data
@@ -145,15 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     act = simulate_windows(net, 500, window=d.window, noise=d.noise, seed=99)
     geo = activity_geometry(act, net.coords)
     geo_ood = activity_geometry(simulate_windows(net, 500, window=d.window, noise=d.ood_noise, seed=98), net.coords)
-    write_json(out / "activity_geometry.json", {"train_noise": geo, "ood_noise": geo_ood, "n_edges": int((net.W > 0).sum())})
     base = linear_baseline(cfg)
     base.update(test_rel=base["test_mse"] / base["test_mse_zero"], ood_rel=base["ood_mse"] / base["ood_mse_zero"],
                 ood_noise_rel=base["ood_mse_noise"] / base["ood_mse_noise_zero"])
-    write_json(out / "linear_baseline.json", base)
 
     # 2. sweep
     print(f"netsim sweep ({scale.name}): {len(conds) * len(scale.seeds)} runs in {runs}")
-    df = pd.DataFrame(run_sweep("netsim", runs, conds, list(scale.seeds), preset=scale.preset, workers=args.workers))
+    df = pd.DataFrame(run_sweep("netsim", runs, conds, list(scale.seeds), preset=scale.preset, workers=workers))
 
     # 3. PE geometry, every layer's table
     df, layers, results = analyse_sweep(df)
@@ -166,25 +183,28 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("test_mse_zero", "ood_mse_zero", "ood_mse_noise_zero"):  # same windows and masks as every run
         if not np.allclose(df[k], base[k], rtol=1e-4):
             raise RuntimeError(f"linear baseline {k} {base[k]} differs from the runs' {df[k].unique()}")
-    keep = [c for c in df.columns if c not in ("run",)]
-    df[keep].to_csv(out / "runs.csv", index=False)
-    summ.to_csv(out / "summary.csv", index=False)
-    layer_summ = write_layers(layers, out, LAYER_COLS)
-
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": float("nan"), "n_seeds": 0,
                               **{k: base[k] for k in ("test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel",
                                                       "ood_noise_rel")}}])
-    sigma_figure(df, pd.concat([summ, base_row], ignore_index=True), out / "figures" / "mse_vs_sigma.png",
-                 [("test_rel", "test MSE / zero-predictor"), ("ood_rel", "OOD (90% masked) / zero"),
-                  ("ood_noise_rel", "unseen noise / zero")])
-    sigma_figure(df, summ, out / "figures" / "identifiability_vs_sigma.png",
-                 [("rsa_spearman", "RSA (Spearman)"), ("recovery_smacof_r2", "SMACOF recovery r2"), ("probe_r2", "linear probe R2")])
-    pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}", "sin2d") if k in results}
-    layout_figure(pick, out / "figures" / "layouts.png")
 
-    (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, scale, layers, layer_summ))
-    print(f"wrote {out / 'README.md'}")
-    return 0
+    # 4. the report folder: staged, renamed into place only when complete
+    with staged_dir(plan.out, force) as out:
+        (out / "figures").mkdir()
+        write_json(out / "activity_geometry.json", {"train_noise": geo, "ood_noise": geo_ood,
+                                                    "n_edges": int((net.W > 0).sum())})
+        write_json(out / "linear_baseline.json", base)
+        df[[c for c in df.columns if c != "run"]].to_csv(out / "runs.csv", index=False)
+        summ.to_csv(out / "summary.csv", index=False)
+        layer_summ = write_layers(layers, out, LAYER_COLS)
+        sigma_figure(df, pd.concat([summ, base_row], ignore_index=True), out / "figures" / "mse_vs_sigma.png",
+                     [("test_rel", "test MSE / zero-predictor"), ("ood_rel", "OOD (90% masked) / zero"),
+                      ("ood_noise_rel", "unseen noise / zero")])
+        sigma_figure(df, summ, out / "figures" / "identifiability_vs_sigma.png",
+                     [("rsa_spearman", "RSA (Spearman)"), ("recovery_smacof_r2", "SMACOF recovery r2"),
+                      ("probe_r2", "linear probe R2")])
+        pick = {k: results[k] for k in (f"learned σ={SIGMAS[0]:g}", f"learned σ={SIGMAS[-1]:g}", "sin2d") if k in results}
+        layout_figure(pick, out / "figures" / "layouts.png")
+        (out / "README.md").write_text(readme(df, summ, geo, geo_ood, cfg, base, base_row, plan, layers, layer_summ))
 
 
 SPLITS = [("test_rel", "50%-masked test"), ("ood_rel", "90%-masked OOD"), ("ood_noise_rel", "unseen noise")]
@@ -205,13 +225,13 @@ def every_pe_beats_none(df: pd.DataFrame, s: pd.DataFrame) -> str:
 
 
 def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, base: dict, base_row: pd.DataFrame,
-           scale: Scale, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
+           plan: Plan, layers: pd.DataFrame, layer_summ: pd.DataFrame) -> str:
     """The report's README.md from the runs (``df``), their summary (``s``), the activity geometry, the run
-    config ``cfg`` (a `MaskedTrainConfig` of the scale's preset), the linear baseline and every layer's
-    table (``layers``, ``layer_summ``: `analyse_sweep`, `layer_summary`)."""
+    config ``cfg`` (a `MaskedTrainConfig` of the scale's preset), the linear baseline, the invocation (``plan``:
+    `resolve_scale`) and every layer's table (``layers``, ``layer_summ``: `analyse_sweep`, `layer_summary`)."""
     from analyses.netsim.sweep import chance_summary, above_chance_text, fmt, table_provenance
 
-    d, m = cfg.data, cfg.model
+    d, m, scale = cfg.data, cfg.model, plan.scale
     where = "in this pilot" if scale.name == "pilot" else f"at the {scale.name} scale"
 
     L = s[s.pe == "learned"].sort_values("sigma")
@@ -263,13 +283,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
     lines = [
         "# Network simulation task: do learned PEs recover a 2D node layout?",
         "",
-        f"Regenerate (trains missing runs into `runs/{scale.runs}/`, resumable, then analyses; {scale.cost} "
-        "when nothing is trained yet, seconds when the runs exist):",
-        "",
-        "```bash",
-        scale.command,
-        "```",
-        "",
+        *regenerate_lines(plan),
         f"**Scale.** The `{cfg.preset}` preset of `pe-probe train netsim`: {m.n_layers} layers, {m.n_heads} "
         f"head{'s' if m.n_heads > 1 else ''}, d_model {m.d_model}, {cfg.optim.epochs} epochs on {d.n_train} simulated "
         f"windows, {n_seeds} seeds per condition (the study's size is the `paper` preset: 4 layers, d_model 160). "

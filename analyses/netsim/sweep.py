@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,29 +32,131 @@ class Scale:
     runs: str  # under runs/
     out: str  # under reports/
     cost: str  # how long a regeneration from nothing takes, for the README
-    command: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One report invocation: its scale, run and report folders, and how its README names them."""
+
+    scale: Scale
+    runs: Path
+    out: Path
+    command: str  # the command line that reproduces the report (`regenerate_command`)
+    runs_text: str  # --runs as the README shows it
 
 
 def add_scale_arguments(p: Any, scales: dict[str, Scale], scale_help: str, task: str) -> None:
-    """The options every report with scales takes: --scale, --workers, --runs, --out, --no-train."""
+    """The options every report with scales takes: --scale, --workers, --runs, --out, --force, --no-train."""
     p.add_argument("--scale", default="pilot", choices=list(scales), help=scale_help)
     p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
     p.add_argument("--runs", default=None, help=f"run folders (missing or unfinished runs are trained; default "
                    f"runs/report-{task}[-standard])")
-    p.add_argument("--out", default=None, help=f"report folder (default reports/{task}[-standard])")
+    p.add_argument("--out", default=None, help=f"report folder (default reports/{task}[-standard]); written "
+                   "completely or not at all")
+    p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     p.add_argument("--no-train", action="store_true", help="only rebuild the report from finished runs: refuse, "
                    "before writing anything, if any run of the sweep is missing or unfinished in --runs")
 
 
-def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> tuple[Scale, Path, Path]:
-    """The chosen scale and its run and report folders (--runs / --out override); a bad --workers is a
-    usage error of ``p`` (one line, exit 2)."""
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name the same place (existing or not)."""
+    return a.resolve() == b.resolve()
+
+
+def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Plan:
+    """`make_plan`, checked: a bad --workers, a --runs that is a file, or an --out that may not be written
+    (`check_out_dir`; it may never be or hold --runs) is a usage error of ``p`` (one line, exit 2), raised
+    before anything is written."""
+    from pe_probe.errors import InputError
+    from pe_probe.output import check_out_dir
+
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
+    plan = make_plan(p, args, scales, root)
+    runs, out = plan.runs, plan.out
+    file = next((f for f in (runs, *runs.parents) if f.exists() and not f.is_dir()), None)
+    if file is not None:
+        where = f"--runs {runs}" + ("" if file == runs else f": {file}")
+        p.error(f"{where} is a file, not a folder; pass the folder that holds (or will hold) the run folders")
+    if _same_path(out, runs) or out.resolve() in runs.resolve().parents:  # also when --runs does not exist yet
+        p.error(f"--out {out} is or holds --runs {runs}, which writing the report there would delete; name a "
+                "folder outside it")
+    try:
+        check_out_dir(out, args.force, inputs=[runs])
+    except InputError as e:
+        p.error(str(e))
+    return plan
+
+
+def make_plan(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Plan:
+    """The chosen scale, its run and report folders (--runs / --out override the scale's, under ``root``) and
+    how the README names them (`regenerate_command`); checks nothing."""
     scale = scales[args.scale]
-    runs = Path(args.runs) if args.runs else root / "runs" / scale.runs
-    out = Path(args.out) if args.out else root / "reports" / scale.out
-    return scale, runs, out
+    default_runs, default_out = root / "runs" / scale.runs, root / "reports" / scale.out
+    runs = Path(args.runs) if args.runs else default_runs
+    out = Path(args.out) if args.out else default_out
+    runs_text = f"runs/{scale.runs}" if _same_path(runs, default_runs) else str(runs)
+    return Plan(scale, runs, out, regenerate_command(p, args, default_runs, default_out), runs_text)
+
+
+def regenerate_command(p: Any, args: Any, default_runs: Path, default_out: Path) -> str:
+    """The command line that reproduces a report made with ``args`` (parsed by ``p``): ``--scale`` and
+    ``--workers`` unless at their defaults, ``--runs`` / ``--out`` as given unless they name the default
+    folders; shell-quoted."""
+    parts = ["python", "-m", p.prog.removeprefix("python -m ")]
+    for opt in ("scale", "workers"):
+        if getattr(args, opt) != p.get_default(opt):
+            parts += [f"--{opt}", str(getattr(args, opt))]
+    for opt, default in (("runs", default_runs), ("out", default_out)):
+        given = getattr(args, opt)
+        if given and not _same_path(Path(given), default):
+            parts += [f"--{opt}", given]
+    return shlex.join(parts)
+
+
+def regenerate_lines(plan: Plan, needs: str = "") -> list[str]:
+    """The README's "Regenerate" paragraph and command block (``needs``: what to install first, if anything)."""
+    return [f"Regenerate ({needs}trains missing runs into `{plan.runs_text}/`, resumable, then analyses; "
+            f"{plan.scale.cost} when nothing is trained yet, seconds when the runs exist):", "",
+            "```bash", plan.command, "```", ""]
+
+
+def check_runs(p: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> None:
+    """A usage error of ``p`` (one line, exit 2) when the trainer would refuse a run folder of the sweep in
+    ``runs`` (`trainers.train.check_run_dir`, e.g. a run of another config); reads only."""
+    from pe_probe.errors import InputError
+    from trainers.config import make_masked_config
+    from trainers.train import check_run_dir
+
+    refused = []
+    for _, _, ov, out in sweep_jobs(runs, conds, seeds):
+        cfg = make_masked_config(task, preset, ov)
+        try:
+            check_run_dir(cfg, out, force=False)
+        except InputError as e:
+            refused.append(run_refusal(out, cfg.to_dict(), e))
+    if refused:
+        p.error(f"--runs {runs}: the trainer would refuse {len(refused)} of the sweep's {len(conds) * len(seeds)} run "
+                f"folders (first: {refused[0]}); pass another --runs, or delete that run folder to train it afresh")
+
+
+def run_refusal(out: Path, config: dict[str, Any], e: Exception) -> str:
+    """Why the trainer refused run folder ``out`` for ``config``, in words: the differing config keys
+    (`trainers.train.config_differences`), else the trainer's reason without its fix (its fix names its flags)."""
+    from pe_probe.errors import first_line
+    from trainers.train import CONFIG_FILE, config_differences
+
+    if out.is_file():
+        return f"{out} is a file, not a run folder"
+    try:
+        diff = config_differences(json.loads((out / CONFIG_FILE).read_text()), config)
+    except (OSError, ValueError):
+        diff = []
+    if diff:
+        shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:8])
+        more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
+        return f"{out} holds a run of another config, differing in {shown}{more}"
+    return first_line(e).removeprefix("--out ").rsplit("; ", 1)[0]
 
 
 def check_trained(p: Any, args: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int],

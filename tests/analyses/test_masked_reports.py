@@ -171,7 +171,8 @@ def layer_frame(df: pd.DataFrame, layer1_rsa: dict[str, float]) -> pd.DataFrame:
 
 
 def netsim_readme(df: pd.DataFrame) -> str:
-    from analyses.netsim.report import LAYER_COLS, LINEAR, SCALES, readme
+    from analyses.netsim.report import LAYER_COLS, LINEAR, ROOT, SCALES, parser, readme
+    from analyses.netsim.sweep import make_plan
     from trainers.config import make_masked_config
 
     cols = ["test_mse", "ood_mse", "ood_mse_noise", "test_rel", "ood_rel", "ood_noise_rel", "rsa_spearman",
@@ -181,7 +182,9 @@ def netsim_readme(df: pd.DataFrame) -> str:
     base_row = pd.DataFrame([{"label": LINEAR, "pe": "baseline", "sigma": np.nan, "n_seeds": 0, **base}])
     geo = {"fc_distance_spearman": -0.5, "fc_nearest_mean": 0.17, "fc_all_mean": 0.06}
     layers = layer_frame(df, {"learned σ=0.1": 0.30, "learned σ=2": 0.10, "sin2d": 0.567})
-    return readme(df, s, geo, geo, make_masked_config("netsim", "quick"), base, base_row, SCALES["pilot"], layers,
+    p = parser()
+    plan = make_plan(p, p.parse_args([]), SCALES, ROOT)
+    return readme(df, s, geo, geo, make_masked_config("netsim", "quick"), base, base_row, plan, layers,
                   layer_summary(layers, [c for c, _ in LAYER_COLS]))
 
 
