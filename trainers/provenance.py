@@ -71,7 +71,8 @@ def describe_versions(run_dirs: list[Path]) -> str:
     counts: dict[str, int] = {}
     for d in run_dirs:
         sessions = read_sessions(d)
-        keys = list(dict.fromkeys((s.get("git_commit") or "outside git")[:7] + ("+uncommitted" if s.get("git_dirty") else "")
+        keys = list(dict.fromkeys((s["git_commit"][:7] if s.get("git_commit") else "outside git")
+                                  + ("+uncommitted" if s.get("git_dirty") else "")
                                   for s in sessions)) or ["not recorded"]  # in session order
         key = " then ".join(keys) if len(keys) > 1 else keys[0]
         counts[key] = counts.get(key, 0) + 1

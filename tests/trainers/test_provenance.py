@@ -52,3 +52,8 @@ def test_trainers_record_each_session_and_a_restart_clears_old_lines(tmp_path):
     for d in ("e0", "e1"):
         (line,) = read_sessions(tmp_path / d)
         assert line["trainer"] == "ensemble" and line["group_size"] == 2 and line["torch_threads"] >= 1
+
+
+def test_describe_versions_names_runs_trained_outside_git(tmp_path):
+    (tmp_path / PROVENANCE_FILE).write_text(json.dumps({"git_commit": None, "git_dirty": None}) + "\n")
+    assert describe_versions([tmp_path]) == "outside git: 1 run"
