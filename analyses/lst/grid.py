@@ -22,6 +22,7 @@ PE_TYPES = ("none", "sin1d", "sin2d", "random", "relative", "rope1d", "rope2d", 
 CONTROL_SIGMAS = (0.1, 2.0)  # placements and optimiser controls run at a small and a large sigma
 WEIGHT_DECAY = 0.1
 SGD_LR = 0.01  # momentum 0.9; an 8-epoch pilot on the quick preset: 0.01 learns, 0.1 stays at chance
+SGD_LR_ORIGIN = "lr chosen by an 8-epoch pilot on the quick preset"
 REFERENCE_PE = "sin2d"  # attention maps are compared with the sin2d run of the same seed
 
 # Per preset: seeds of the sigma grid, seeds of PE types and controls, checkpoints per run.

@@ -24,7 +24,7 @@ import pandas as pd
 
 from analyses.lst import setting
 from analyses.lst.analyse import N_PUZZLES, REFERENCE
-from analyses.lst.grid import PRESET_EPOCHS, PRESET_SETTINGS
+from analyses.lst.grid import PRESET_EPOCHS, PRESET_SETTINGS, SGD_LR_ORIGIN
 from pe_probe.errors import InputError, OneLineArgumentParser
 from pe_probe.output import check_out_dir, staged_dir
 from pe_probe.report.style import OKABE_ITO
@@ -682,7 +682,7 @@ def trajectory_summary(ana_sigma: pd.DataFrame) -> pd.DataFrame:
 
 
 def model_line(root: Path, runs: pd.DataFrame) -> str:
-    """The σ-grid runs' model and optimiser, read from a run's config.json."""
+    """The σ-grid runs' model and optimiser, and the optimiser controls', read from the runs' config.json."""
     names = list(sigma_runs(runs).run) if not runs.empty else []
     if not names or not (root / names[0] / "config.json").exists():
         return "(config not available)."
@@ -690,8 +690,30 @@ def model_line(root: Path, runs: pd.DataFrame) -> str:
     m, o = c["model"], c["optim"]
     return (f"{m['n_layers']} layers, {m['n_heads']} head(s), d_model {m['d_model']}, MLP {int(m['d_model'] * m['mlp_ratio'])}, "
             f"{m['norm']}-LN, {o['name']} lr {o['lr']:g}, batch {o['batch_size']}, {o['epochs']} epochs, a separate learned PE "
-            f"table at every layer's input (as the companion code) unless marked *input only*; SGD controls: momentum 0.9, "
-            f"lr from a short pilot; weight-decay controls: AdamW wd 0.1.")
+            f"table at every layer's input (as the companion code) unless marked *input only*"
+            + "".join(f"; {text}" for text in control_optimisers(root, runs)) + ".")
+
+
+def control_optimisers(root: Path, runs: pd.DataFrame) -> list[str]:
+    """One phrase per optimiser control that ran ("sgd controls: SGD lr 0.01, momentum 0.9"), from the first
+    such run's config.json; the SGD learning rate's origin from `analyses.lst.grid`."""
+    if runs.empty or "control" not in runs:
+        return []
+    out = []
+    for control, group in runs[runs.group == "control"].groupby("control", sort=True):
+        path = root / group.run.iloc[0] / "config.json"
+        if not path.exists():
+            continue
+        o = json.loads(path.read_text())["optim"]
+        sgd = o["name"] == "sgd"
+        parts = [f"{'SGD' if sgd else 'AdamW' if o['name'] == 'adamw' else o['name']} lr {o['lr']:g}"]
+        if sgd and o.get("momentum"):  # AdamW configs carry the unused default too
+            parts.append(f"momentum {o['momentum']:g}")
+        if o.get("weight_decay"):
+            parts.append(f"weight decay {o['weight_decay']:g}")
+        origin = f" ({SGD_LR_ORIGIN})" if sgd else ""
+        out.append(f"{control} controls: {', '.join(parts)}{origin}")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------

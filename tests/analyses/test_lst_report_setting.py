@@ -171,3 +171,28 @@ def test_an_error_halfway_leaves_the_previous_report_untouched(tmp_path, cli, ca
         R.main(["--root", str(root), "--out", str(out), "--n-perm", "5", "--n-boot", "5"])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "sweep"]  # no staging folder left
+
+
+def test_model_line_reads_the_controls_optimisers_from_their_configs(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from analyses.lst.report import model_line
+    from trainers.config import TrainConfig
+
+    def run(folder, **optim):
+        cfg = TrainConfig().to_dict()
+        cfg["optim"].update(optim)
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "config.json").write_text(json.dumps(cfg))
+
+    run("learned-s0.1-seed0")
+    run("sgd-s0.1-seed0", name="sgd", lr=0.03, momentum=0.8)
+    run("wd0.1-s0.1-seed0", weight_decay=0.25)
+    runs = pd.DataFrame({"run": ["learned-s0.1-seed0", "sgd-s0.1-seed0", "wd0.1-s0.1-seed0"],
+                         "group": ["sigma", "control", "control"], "control": ["none", "sgd", "wd0.1"]})
+    line = model_line(tmp_path, runs)
+    assert "sgd controls: SGD lr 0.03, momentum 0.8 (lr chosen by an 8-epoch pilot" in line
+    assert "wd0.1 controls: AdamW lr 0.0001, weight decay 0.25" in line and "momentum 0.9" not in line
+    assert "control" not in model_line(tmp_path, runs[runs.group == "sigma"])  # no controls ran: none named
