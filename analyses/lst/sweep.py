@@ -44,6 +44,9 @@ def parse_overrides(items: list[str]) -> dict:
         key, eq, raw = item.partition("=")
         if not key or not eq:
             raise InputError(f"--set {item!r}: give KEY=VALUE, e.g. --set model.d_model=8")
+        if key == "optim.epochs":  # the checkpoint and evaluation cadence follow --epochs, not this
+            raise InputError(f"--set {item}: use --epochs {raw}, which also spaces the checkpoints (~8 a run; "
+                             "--set ckpt_every=N to choose them)")
         try:
             out[key] = json.loads(raw)
         except ValueError:

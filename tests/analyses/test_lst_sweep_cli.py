@@ -46,6 +46,8 @@ def refused(tmp_path: Path, capsys, argv: list[str]) -> str:
     (["--groups", "pe_type", "--sigma-seeds", "4", "--dry-run"], "--sigma-seeds sets the sigma group's seeds"),
     ([*SMALL, "--epochs", "0"], "--epochs must be >= 1, got 0 (see"),  # not "(from --set ...)"
     (["--epochs", "-3", "--dry-run"], "--epochs must be >= 1, got -3"),
+    # --set optim.epochs would keep the cadence of --epochs (400 epochs with a checkpoint every 5)
+    (["--set", "optim.epochs=400", "--dry-run"], "--set optim.epochs=400: use --epochs 400"),
     (["--sigmas", "0.1,0.1", "--dry-run"], "--sigmas: sigma 0.1 is given twice"),  # was: an AssertionError
     (["--sigmas", "1,1.0", "--dry-run"], "--sigmas: sigma 1 is given twice"),
     (["--sigmas", "0.1,inf", "--dry-run"], "--sigmas '0.1,inf': every sigma must be > 0 and finite"),
