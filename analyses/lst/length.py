@@ -31,9 +31,14 @@ import numpy as np
 import pandas as pd
 
 from analyses.lst import setting
+from analyses.lst.code_paths import MIXED, PATH_NAMES, code_paths, describe_paths
+from analyses.lst.figures import OKABE, pyplot, save_figure
 from analyses.lst.grid import PRESET_EPOCHS
-from analyses.lst.report import (CHANCE, LARGE, MIXED, OKABE, PATH_NAMES, SMALL, _plt, _save, code_paths,
-                                 describe_paths, f3, fp, md_table, paired_ci, rsa_change, spearman, view_rows)
+from analyses.lst.selection import view_rows
+from analyses.lst.study import CHANCE
+from analyses.lst.summary_stats import f3, fp, paired_ci, rsa_change, spearman
+from analyses.lst.tables import md_table
+from analyses.lst.verdicts import LARGE, SMALL
 from pe_probe.errors import InputError, OneLineArgumentParser
 from pe_probe.output import check_out_dir, staged_dir
 from trainers.provenance import describe_versions
@@ -157,7 +162,7 @@ def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any
                      configs: dict[str, dict[str, Any]] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Each run's state at epoch ``at`` beside the main sweep's ``at``-epoch run of the same arm and seed:
     held-out accuracy, the raw table's RSA (mean of layers), and the CPU attention code path of the main
-    sweep's run (`analyses.lst.report.code_paths`). Pairs whose configs differ (`config_mismatch`; ``configs``
+    sweep's run (`analyses.lst.code_paths.code_paths`). Pairs whose configs differ (`config_mismatch`; ``configs``
     and ``base["configs"]``: run -> config.json) are left out: returns the table and one line per such pair."""
     base_runs = base.get("runs", pd.DataFrame())
     base_ana = base.get("analyses", pd.DataFrame())
@@ -288,7 +293,7 @@ def _colours(names: list[str]) -> dict[str, str]:
 
 def fig_accuracy(evals: pd.DataFrame, at: int, out: Path) -> str:
     """Held-out and training accuracy over epochs per arm: the mean over seeds, each seed faint."""
-    plt = _plt()
+    plt = pyplot()
     colours = _colours(arms(evals))
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), sharey=True)
     for ax, key, title in zip(axes, ("ood_acc", "train_acc"), ("held-out accuracy", "training accuracy")):
@@ -304,12 +309,12 @@ def fig_accuracy(evals: pd.DataFrame, at: int, out: Path) -> str:
     axes[1].legend(loc="lower right", frameon=False)
     fig.tight_layout()
     data = evals[["arm", "run", "seed", "epoch", "ood_acc", "test_acc", "train_acc"]]
-    return _save(fig, data, out, "accuracy_over_training")
+    return save_figure(fig, data, out, "accuracy_over_training")
 
 
 def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
     """RSA with the grid over checkpoints per arm and view."""
-    plt = _plt()
+    plt = pyplot()
     colours = _colours(arms(ana))
     fig, axes = plt.subplots(1, len(GEOMETRY_VIEWS), figsize=(10.5, 2.6), sharey=True)
     frames = []
@@ -325,7 +330,7 @@ def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
     axes[0].set_ylabel("RSA with the grid (mean over seeds)")
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
-    return _save(fig, pd.concat(frames, ignore_index=True), out, "geometry_over_training")
+    return save_figure(fig, pd.concat(frames, ignore_index=True), out, "geometry_over_training")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The LST reports' setting lines, read from what the sweep recorded (never from the machine writing the report).
 
 `run_configs` reads each run's ``config.json``; `heldout_text` and `paper_note` describe the data and the
-preset from them; `parallelism` reads ``ROOT/sweep.log``; `hardware` summarises each run's
-``provenance.jsonl``. Where the runs differ, the values are listed with their counts; where nothing was
-recorded, the text says so.
+preset from them, `model_line` the model and the optimisers; `parallelism` reads ``ROOT/sweep.log``;
+`hardware` summarises each run's ``provenance.jsonl``. Where the runs differ, the values are listed with
+their counts; where nothing was recorded, the text says so.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+import pandas as pd
+
+from analyses.lst.grid import SGD_LR_ORIGIN
+from analyses.lst.selection import sigma_runs
 from trainers.provenance import read_sessions
 
 # provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded)
@@ -121,3 +125,38 @@ def hardware(root: Path, names: Iterable[str]) -> str:
     if recorded < len(names):
         text += f" (from the {recorded} of {len(names)} runs that have a provenance.jsonl)"
     return text
+
+
+def model_line(root: Path, runs: pd.DataFrame) -> str:
+    """The σ-grid runs' model and optimiser, and the optimiser controls', read from the runs' config.json."""
+    names = list(sigma_runs(runs).run) if not runs.empty else []
+    if not names or not (root / names[0] / "config.json").exists():
+        return "(config not available)."
+    c = json.loads((root / names[0] / "config.json").read_text())
+    m, o = c["model"], c["optim"]
+    return (f"{m['n_layers']} layers, {m['n_heads']} head(s), d_model {m['d_model']}, MLP {int(m['d_model'] * m['mlp_ratio'])}, "
+            f"{m['norm']}-LN, {o['name']} lr {o['lr']:g}, batch {o['batch_size']}, {o['epochs']} epochs, a separate learned PE "
+            f"table at every layer's input (as the companion code) unless marked *input only*"
+            + "".join(f"; {text}" for text in control_optimisers(root, runs)) + ".")
+
+
+def control_optimisers(root: Path, runs: pd.DataFrame) -> list[str]:
+    """One phrase per optimiser control that ran ("sgd controls: SGD lr 0.01, momentum 0.9"), from the first
+    such run's config.json; the SGD learning rate's origin from `analyses.lst.grid`."""
+    if runs.empty or "control" not in runs:
+        return []
+    out = []
+    for control, group in runs[runs.group == "control"].groupby("control", sort=True):
+        path = root / group.run.iloc[0] / "config.json"
+        if not path.exists():
+            continue
+        o = json.loads(path.read_text())["optim"]
+        sgd = o["name"] == "sgd"
+        parts = [f"{'SGD' if sgd else 'AdamW' if o['name'] == 'adamw' else o['name']} lr {o['lr']:g}"]
+        if sgd and o.get("momentum"):  # AdamW configs carry the unused default too
+            parts.append(f"momentum {o['momentum']:g}")
+        if o.get("weight_decay"):
+            parts.append(f"weight decay {o['weight_decay']:g}")
+        origin = f" ({SGD_LR_ORIGIN})" if sgd else ""
+        out.append(f"{control} controls: {', '.join(parts)}{origin}")
+    return out

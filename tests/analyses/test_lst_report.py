@@ -1,4 +1,5 @@
-"""The LST report's verdict rules (analyses/lst/report.py) on small synthetic frames."""
+"""The LST report's verdict rules (analyses/lst/verdicts.py), with the statistics and the CPU attention code
+paths they use, and the written report (analyses/lst/report.py), on small synthetic frames."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analyses.lst import code_paths as CP
 from analyses.lst import report as R
+from analyses.lst import summary_stats as SS
+from analyses.lst import verdicts as V
 
 SIGMAS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
 
@@ -30,21 +34,21 @@ def _view(rsa_of_sigma, p_of_sigma=lambda s, i: 0.01, seeds=4) -> pd.DataFrame:
 
 
 def test_geometry_present():
-    g = R.geometry_state(_view(lambda s, i: 0.6 - 0.2 * s + 0.01 * i))
+    g = V.geometry_state(_view(lambda s, i: 0.6 - 0.2 * s + 0.01 * i))
     assert g["state"] == "present"
     assert g["n_small"] == 16 and g["share_small"] == 1.0
 
 
 def test_geometry_weak_but_decreasing():
     # small σ: mean RSA 0.18 < 0.3, but RSA falls with σ over the grid (p < 0.05)
-    g = R.geometry_state(_view(lambda s, i: 0.2 - 0.08 * s + 0.002 * i))
+    g = V.geometry_state(_view(lambda s, i: 0.2 - 0.08 * s + 0.002 * i))
     assert g["mean_small"] < 0.3 and g["rho"] < 0 and g["p"] < 0.05
     assert g["state"] == "weak, but it decreases with σ"
 
 
 def test_geometry_decreasing_but_few_mantel_hits_is_not_present():
     # mean RSA > 0.3 but the Mantel test significant in only a quarter of the small-σ runs
-    g = R.geometry_state(_view(lambda s, i: 0.5 - 0.2 * s + 0.001 * i, lambda s, i: 0.01 if i == 0 else 0.3))
+    g = V.geometry_state(_view(lambda s, i: 0.5 - 0.2 * s + 0.001 * i, lambda s, i: 0.01 if i == 0 else 0.3))
     assert g["mean_small"] > 0.3 and g["share_small"] == 0.25
     assert g["state"] == "weak, but it decreases with σ"
 
@@ -52,17 +56,17 @@ def test_geometry_decreasing_but_few_mantel_hits_is_not_present():
 def test_geometry_not_supported():
     rng = np.random.default_rng(1)
     vals = {(s, i): float(rng.uniform(-0.1, 0.1)) for s in SIGMAS for i in range(4)}
-    g = R.geometry_state(_view(lambda s, i: vals[(s, i)], lambda s, i: 0.5))
+    g = V.geometry_state(_view(lambda s, i: vals[(s, i)], lambda s, i: 0.5))
     assert not (g["rho"] < 0 and g["p"] < 0.05)
     assert g["state"] == "not supported"
 
 
 def test_geometry_borderline():
     d = _view(lambda s, i: (0.305 if s <= 0.2 else 0.0) + 0.001 * (i - 1.5))
-    g = R.geometry_state(d)
+    g = V.geometry_state(d)
     assert g["state"].startswith("present (borderline: mean RSA 0.305")
     d2 = _view(lambda s, i: (0.295 if s <= 0.2 else 0.0) + 0.001 * (i - 1.5))
-    assert R.geometry_state(d2)["state"].startswith("weak, but it decreases with σ (borderline")
+    assert V.geometry_state(d2)["state"].startswith("weak, but it decreases with σ (borderline")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,20 +79,20 @@ def _sigma_runs(acc_of_sigma) -> pd.DataFrame:
 
 
 def test_small_sigma_trend_rises_falls_and_flat():
-    label, text = R.small_sigma_trend(_sigma_runs(lambda s, i: 0.7 + 0.4 * s + 0.001 * i))
+    label, text = V.small_sigma_trend(_sigma_runs(lambda s, i: 0.7 + 0.4 * s + 0.001 * i))
     assert label == "rises with σ"
     assert text.startswith("over σ ≤ 0.5, held-out accuracy rises with σ (ρ = +") and "n = 24 runs" in text
-    assert R.small_sigma_trend(_sigma_runs(lambda s, i: 0.9 - 0.4 * s + 0.001 * i))[0] == "falls with σ"
+    assert V.small_sigma_trend(_sigma_runs(lambda s, i: 0.9 - 0.4 * s + 0.001 * i))[0] == "falls with σ"
     flat = {0: 0.8, 1: 0.9, 2: 0.7, 3: 0.85}
-    label, text = R.small_sigma_trend(_sigma_runs(lambda s, i: flat[i]))
+    label, text = V.small_sigma_trend(_sigma_runs(lambda s, i: flat[i]))
     assert label == "no clear trend" and "shows no clear trend with σ" in text
     # only σ <= 0.5 counts: a drop at large σ does not make the small-σ trend fall
-    assert R.small_sigma_trend(_sigma_runs(lambda s, i: (0.7 + 0.4 * s if s <= 0.5 else 0.2) + 0.001 * i))[0] == "rises with σ"
+    assert V.small_sigma_trend(_sigma_runs(lambda s, i: (0.7 + 0.4 * s if s <= 0.5 else 0.2) + 0.001 * i))[0] == "rises with σ"
 
 
 def test_smaller_sigma_verdict_states_the_computed_trend():
     sr = _sigma_runs(lambda s, i: (0.6 + 0.6 * s if s <= 0.5 else 0.3) + 0.01 * i)
-    out = R.verdicts(sr, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
+    out = V.verdicts(sr, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
     line = next(v for v in out if v.startswith("**Smaller σ is better"))
     assert "threshold" not in line
     assert "over σ ≤ 0.5, held-out accuracy rises with σ" in line
@@ -100,7 +104,7 @@ def test_smaller_sigma_verdict_states_the_computed_trend():
 
 def _paired(a, b):
     idx = range(len(a))
-    return R.paired_ci(pd.Series(a, index=idx), pd.Series(b, index=idx))
+    return SS.paired_ci(pd.Series(a, index=idx), pd.Series(b, index=idx))
 
 
 def test_paired_ci_matches_scipy():
@@ -123,21 +127,21 @@ def test_equal_paired_differences_get_no_t_test():
     c = _paired(a, b)
     assert c["diff"] == pytest.approx(-7 / 108) and math.isnan(c["t_p"])
     idx = range(2)
-    assert math.isnan(R.paired_test(pd.Series(a, index=idx), pd.Series(b, index=idx))["t_p"])
+    assert math.isnan(SS.paired_test(pd.Series(a, index=idx), pd.Series(b, index=idx))["t_p"])
     assert not math.isnan(_paired([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])["t_p"])  # differences that vary: tested
 
 
 def test_wd_state_labels():
     gain = 0.065
-    assert R.wd_state(_paired([0.95, 0.96, 0.97], [0.90, 0.905, 0.91]), gain) == "supported"
-    assert R.wd_state(_paired([0.99, 0.995, 0.999], [0.90, 0.905, 0.91]), gain) == "supported"
-    small = R.wd_state(_paired([0.91, 0.915, 0.92], [0.90, 0.904, 0.909]), gain)
+    assert V.wd_state(_paired([0.95, 0.96, 0.97], [0.90, 0.905, 0.91]), gain) == "supported"
+    assert V.wd_state(_paired([0.99, 0.995, 0.999], [0.90, 0.905, 0.91]), gain) == "supported"
+    small = V.wd_state(_paired([0.91, 0.915, 0.92], [0.90, 0.904, 0.909]), gain)
     assert small.startswith("supported, but by less than the study's implied gain")
-    wide = R.wd_state(_paired([0.92, 0.94, 0.93], [0.96, 0.94, 0.89]), gain)  # CI about [-11, +10] points
+    wide = V.wd_state(_paired([0.92, 0.94, 0.93], [0.96, 0.94, 0.89]), gain)  # CI about [-11, +10] points
     assert wide.startswith("not detected (95% CI [") and "includes the study's implied gain of ~6.5" in wide
-    narrow = R.wd_state(_paired([0.25, 0.29, 0.22], [0.24, 0.28, 0.24]), 0.613)
+    narrow = V.wd_state(_paired([0.25, 0.29, 0.22], [0.24, 0.28, 0.24]), 0.613)
     assert narrow.startswith("not reproduced (95% CI [") and "excludes the study's implied gain of ~61.3" in narrow
-    assert R.wd_state(_paired([0.9], [0.8]), gain) == "descriptive only"
+    assert V.wd_state(_paired([0.9], [0.8]), gain) == "descriptive only"
 
 
 def _wd_frames():
@@ -155,7 +159,7 @@ def _wd_frames():
 
 def test_wd_verdict_prints_paired_means_and_the_training_length():
     runs = _wd_frames()
-    out = R.verdicts(runs, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
+    out = V.verdicts(runs, pd.DataFrame(columns=["view", "layer", "is_last", "sigma"]))
     line = next(v for v in out if v.startswith("**Weight decay helps learned PEs (study: about 99%), σ = 0.1"))
     assert ": not detected (95% CI [" in line
     # paired means over seeds 0-2 (the unpaired σ=0.1 mean over 4 seeds would be 92.75%)
@@ -170,18 +174,18 @@ def test_wd_verdict_prints_paired_means_and_the_training_length():
 
 
 def test_attention_state_uses_the_no_pe_floor():
-    assert R.attention_state(0.75, 0.3, 0.67) == "supported: small σ exceeds the no-PE floor"
-    s = R.attention_state(0.596, 0.26, 0.67)
+    assert V.attention_state(0.75, 0.3, 0.67) == "supported: small σ exceeds the no-PE floor"
+    s = V.attention_state(0.596, 0.26, 0.67)
     assert s == "not supported: large σ falls below the no-PE floor, while small σ does not exceed it"
-    assert R.attention_state(0.6, 0.7, 0.67).startswith("not supported: large σ does not fall below")
-    assert R.attention_state(0.6, 0.3, float("nan")).startswith("descriptive only")
+    assert V.attention_state(0.6, 0.7, 0.67).startswith("not supported: large σ does not fall below")
+    assert V.attention_state(0.6, 0.3, float("nan")).startswith("descriptive only")
 
 
 def test_best_state():
-    assert R.best_state(_paired([0.98, 0.99, 0.985, 0.99], [0.9, 0.92, 0.91, 0.93])) == "supported"
-    assert R.best_state(_paired([0.8, 0.83, 0.8, 0.84], [0.9, 0.92, 0.91, 0.93])) == "not supported"
-    assert R.best_state(_paired([0.97, 0.94, 0.93, 0.86], [0.96, 0.99, 0.93, 0.95])) == "not distinguishable"
-    assert R.best_state(_paired([0.9], [0.8])) == "descriptive only"
+    assert V.best_state(_paired([0.98, 0.99, 0.985, 0.99], [0.9, 0.92, 0.91, 0.93])) == "supported"
+    assert V.best_state(_paired([0.8, 0.83, 0.8, 0.84], [0.9, 0.92, 0.91, 0.93])) == "not supported"
+    assert V.best_state(_paired([0.97, 0.94, 0.93, 0.86], [0.96, 0.99, 0.93, 0.95])) == "not distinguishable"
+    assert V.best_state(_paired([0.9], [0.8])) == "descriptive only"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -195,13 +199,13 @@ def test_within_sigma_spearman_removes_the_sigma_effect():
         for i in range(6):
             rows.append({"sigma": s, "dist": 10 * s + rng.normal(0, 0.1), "acc": 1 - 0.3 * s + rng.normal(0, 0.01)})
     d = pd.DataFrame(rows)
-    across, p_across, _ = R.spearman(d.dist, d.acc)
-    within, p_within, n = R.within_sigma_spearman(d, "dist", "acc")
+    across, p_across, _ = SS.spearman(d.dist, d.acc)
+    within, p_within, n = V.within_sigma_spearman(d, "dist", "acc")
     assert across < -0.8 and p_across < 1e-6
     assert abs(within) < 0.3 and p_within > 0.05 and n == len(d)
     # a real within-σ association is kept
     d["acc2"] = d.acc - 0.5 * (d.dist - 10 * d.sigma)
-    assert R.within_sigma_spearman(d, "dist", "acc2")[0] < -0.8
+    assert V.within_sigma_spearman(d, "dist", "acc2")[0] < -0.8
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,15 +225,15 @@ def test_code_paths_and_mixed_pairs(tmp_path):
     for run, t in logs.items():
         (tmp_path / run).mkdir()
         (tmp_path / run / "train.log").write_text(f"# {t} pe-probe train lst ...\nepoch 5/40\n")
-    paths = R.code_paths(tmp_path, runs)
+    paths = CP.code_paths(tmp_path, runs)
     assert paths.to_dict() == {"a-0": "fused", "a-1": "matmul", "b-0": "fused", "b-1": "unknown", "c-0": "unknown"}
-    assert "torch's fused kernel: 2 runs" in R.describe_paths(paths)
+    assert "torch's fused kernel: 2 runs" in CP.describe_paths(paths)
     wd, plain = dict(group="control", control="wd0.1", sigma=0.1), dict(group="sigma", sigma=0.1)
-    mixed = R.pair_paths(runs, paths, wd, plain)
+    mixed = CP.pair_paths(runs, paths, wd, plain)
     assert mixed.startswith("A: seed 0 torch's fused kernel, seed 1 matmul-softmax; B: ")
     same = pd.Series({r: "fused" for r in runs.run})
-    assert R.pair_paths(runs, same, wd, plain) == ""
-    assert R.pair_paths(runs, same, wd, plain, all_paths=True) == "torch's fused kernel (all)"
+    assert CP.pair_paths(runs, same, wd, plain) == ""
+    assert CP.pair_paths(runs, same, wd, plain, all_paths=True) == "torch's fused kernel (all)"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -293,15 +297,15 @@ def test_claims_the_runs_cannot_decide_are_not_testable_rather_than_not_supporte
                               "epochs": 40},
                              {"run": "b", "group": "sigma", "pe": "learned", "sigma": 2.0, "seed": 0, "ood_acc": 0.31,
                               "epochs": 40}])
-    out = R.verdicts(one_each, empty)
+    out = V.verdicts(one_each, empty)
     large = next(v for v in out if v.startswith("**Large σ hurts"))
     assert "not testable with these runs (n = 1 vs 1: the smallest one-sided Mann-Whitney p possible is 0.5)" in large
     assert "not testable" in next(v for v in out if v.startswith("**Smaller σ is better"))
     small_only = one_each.assign(sigma=0.1)
-    large = next(v for v in R.verdicts(small_only, empty) if v.startswith("**Large σ hurts"))
+    large = next(v for v in V.verdicts(small_only, empty) if v.startswith("**Large σ hurts"))
     assert "not testable with these runs (a σ band has no runs)" in large and "n/a for σ ≥ 1.5" in large
     # enough runs: decided as before
     sr = _sigma_runs(lambda s, i: (0.9 if s <= 0.2 else 0.3) + 0.01 * i)
-    decided = next(v for v in R.verdicts(sr, empty) if v.startswith("**Large σ hurts"))
+    decided = next(v for v in V.verdicts(sr, empty) if v.startswith("**Large σ hurts"))
     assert ": supported." in decided
-    assert R.geometry_state(_view(lambda s, i: 0.1, seeds=1).iloc[:1])["state"].startswith("not testable")
+    assert V.geometry_state(_view(lambda s, i: 0.1, seeds=1).iloc[:1])["state"].startswith("not testable")

@@ -178,7 +178,7 @@ def test_model_line_reads_the_controls_optimisers_from_their_configs(tmp_path):
 
     import pandas as pd
 
-    from analyses.lst.report import model_line
+    from analyses.lst.setting import model_line
     from trainers.config import TrainConfig
 
     def run(folder, **optim):
