@@ -34,7 +34,7 @@ from analyses.lst import setting
 from analyses.lst.code_paths import MIXED, PATH_NAMES, code_paths, describe_paths
 from analyses.lst.figures import OKABE, pyplot, save_figure
 from analyses.lst.grid import PRESET_EPOCHS
-from analyses.lst.selection import view_rows
+from analyses.lst.selection import TRAJ_VIEWS, view_rows
 from analyses.lst.study import CHANCE
 from analyses.lst.summary_stats import f3, fp, paired_ci, rsa_change, spearman
 from analyses.lst.tables import md_table
@@ -43,10 +43,6 @@ from pe_probe.errors import InputError, OneLineArgumentParser
 from pe_probe.output import check_out_dir, staged_dir
 from trainers.provenance import describe_versions
 
-# the views followed at every checkpoint (`analyses.lst.analyse.TRAJECTORY`), with labels
-GEOMETRY_VIEWS = (("raw", "mean", "raw table (mean of layers)"), ("raw", "0", "raw table, layer 0"),
-                  ("qk", "0", "qk view, layer 0"), ("kernel", "mean", "attention kernel"),
-                  ("attention", "mean", "attention maps"))
 SIN2D = "2D sinusoid"
 DEFAULT_BASE = "runs/lst-sweep"
 # config keys the cross-check does not compare: the training length, the checkpoint and evaluation cadence (a
@@ -126,7 +122,7 @@ def geometry_table(ana: pd.DataFrame, first: int, last: int) -> pd.DataFrame:
     """Per view and arm: RSA with the grid at ``first`` and ``last`` (mean over seeds, then each seed), the
     runs whose Mantel p < 0.05 at each, and the mean per-run change."""
     rows = []
-    for view, layer, label in GEOMETRY_VIEWS:
+    for view, layer, label in TRAJ_VIEWS:
         d = view_rows(ana, view, layer, last=False)
         for a in arms(d):
             g = d[d.arm == a]
@@ -259,7 +255,7 @@ def sinusoid_finding(evals: pd.DataFrame, last: int) -> str:
 def geometry_finding(ana: pd.DataFrame, first: int, last: int) -> str:
     lines = []
     learned = ana[ana.pe == "learned"]
-    for view, layer, label in GEOMETRY_VIEWS:
+    for view, layer, label in TRAJ_VIEWS:
         d = view_rows(learned, view, layer, last=False)
         if d.empty:
             continue
@@ -316,9 +312,9 @@ def fig_geometry(ana: pd.DataFrame, at: int, out: Path) -> str:
     """RSA with the grid over checkpoints per arm and view."""
     plt = pyplot()
     colours = _colours(arms(ana))
-    fig, axes = plt.subplots(1, len(GEOMETRY_VIEWS), figsize=(10.5, 2.6), sharey=True)
+    fig, axes = plt.subplots(1, len(TRAJ_VIEWS), figsize=(10.5, 2.6), sharey=True)
     frames = []
-    for ax, (view, layer, label) in zip(axes, GEOMETRY_VIEWS):
+    for ax, (view, layer, label) in zip(axes, TRAJ_VIEWS):
         d = view_rows(ana, view, layer, last=False)
         frames.append(d[["arm", "run", "seed", "epoch", "view", "layer", "rsa_spearman", "rsa_p"]])
         for a, g in d.groupby("arm", sort=False):

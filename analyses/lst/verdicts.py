@@ -283,7 +283,7 @@ def answer(ana_sigma: pd.DataFrame) -> str:
 
 def criteria_text() -> str:
     """The criteria paragraph: the rules the verdict functions above apply, with their constants."""
-    return ("Criteria (fixed in `analyses/lst/report.py`): *large σ hurts* is supported when held-out accuracy for "
+    return ("Criteria (fixed in `analyses/lst/verdicts.py`): *large σ hurts* is supported when held-out accuracy for "
             f"σ ≤ {SMALL:g} exceeds that for σ ≥ {LARGE:g} by more than 10 points with a one-sided Mann-Whitney p < {ALPHA:g}; "
             f"*smaller is better throughout* when Spearman ρ(σ, accuracy) < 0 with p < {ALPHA:g} over the whole grid, and "
             f"the trend over small σ (σ ≤ {TREND_CUT:g}) is stated as *rises with σ* / *falls with σ* when its Spearman ρ "
