@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -34,13 +33,14 @@ from analyses.lst import setting
 from analyses.lst.code_paths import MIXED, PATH_NAMES, code_paths, describe_paths
 from analyses.lst.figures import OKABE, pyplot, save_figure
 from analyses.lst.grid import PRESET_EPOCHS
+from analyses.lst.report_cli import add_common_options, regenerate_command, write_staged
 from analyses.lst.selection import TRAJ_VIEWS, view_rows
 from analyses.lst.study import CHANCE
 from analyses.lst.summary_stats import f3, fp, paired_ci, rsa_change, spearman
 from analyses.lst.tables import md_table
 from analyses.lst.verdicts import LARGE, SMALL
 from pe_probe.errors import InputError, OneLineArgumentParser
-from pe_probe.output import check_out_dir, staged_dir
+from pe_probe.output import check_out_dir
 from trainers.provenance import describe_versions
 
 SIN2D = "2D sinusoid"
@@ -474,11 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                         "with a word in the report when it is missing)")
     p.add_argument("--out", default="reports/lst-long", help="report folder (default: %(default)s)")
     p.add_argument("--at", type=int, default=40, help="the earlier epoch compared with the end (default: %(default)s)")
-    p.add_argument("--n-perm", type=int, default=500, help="Mantel permutations per analysis (default: %(default)s)")
-    p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
-    p.add_argument("--note", action="append", default=[], metavar="TEXT",
-                   help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
+    add_common_options(p, "Mantel permutations per analysis")
     args = p.parse_args(argv)
     from analyses.lst.analyse import check_arguments, collect, write_tables
 
@@ -502,23 +498,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
-    cmd = (f"python -m analyses.lst.length --root {shlex.quote(args.root)}"
-           + (f" --base {shlex.quote(args.base)}" if args.base is not None else "")
-           + f" --out {shlex.quote(args.out)}" + (f" --at {args.at}" if args.at != 40 else "")
-           + "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
-           + "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note))
+    cmd = regenerate_command("analyses.lst.length", [("--root", args.root)]
+                             + ([("--base", args.base)] if args.base is not None else [])
+                             + [("--out", args.out)] + ([("--at", str(args.at))] if args.at != 40 else []), args)
     if base_dir is None:
         base = {"skipped": "--base '' was given"}
     elif why:
         base = {"skipped": f"the main sweep's folder {base_dir} (the default --base) {why}"}
     else:
         base = read_base(base_dir)
-    try:
-        with staged_dir(args.out, args.force) as stage:  # replaces --out only once the whole report is written
-            write_report(root, stage, frames, base, at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm)
-    except InputError as e:
-        p.error(str(e))
-    print(f"report written to {Path(args.out) / 'README.md'}")
+    write_staged(p, args.out, args.force, lambda stage: write_report(
+        root, stage, base=base, frames=frames, at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm))
     return 0
 
 

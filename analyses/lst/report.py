@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,13 +24,14 @@ from analyses.lst.code_paths import ATTENTION_SWITCH, MIXED, code_paths, describ
 from analyses.lst.figures import (fig_accuracy, fig_ident_vs_gen, fig_identifiability, fig_layouts, fig_levels,
                                   fig_trajectories, layout_caption)
 from analyses.lst.grid import PRESET_EPOCHS, PRESET_SETTINGS
+from analyses.lst.report_cli import add_common_options, regenerate_command, write_staged
 from analyses.lst.selection import label_runs, sigma_runs
 from analyses.lst.study import CHANCE, LEVELS, STUDY_OOD_PUZZLES
 from analyses.lst.tables import (accuracy_table, comparison_table, ident_table, md_table, paired_table,
                                  pe_type_ident_table, trajectory_summary)
 from analyses.lst.verdicts import answer, criteria_text, verdicts
 from pe_probe.errors import InputError, OneLineArgumentParser
-from pe_probe.output import check_out_dir, staged_dir
+from pe_probe.output import check_out_dir
 from trainers.provenance import describe_versions
 
 
@@ -167,11 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="runs/lst-sweep", help="sweep folder, one subfolder per run (default: %(default)s)")
     p.add_argument("--out", default="reports/lst", help="report folder: README.md, figures, tables (default: %(default)s)")
-    p.add_argument("--n-perm", type=int, default=500, help="Mantel / PROTEST permutations per analysis (default: %(default)s)")
-    p.add_argument("--n-boot", type=int, default=500, help="bootstrap resamples per RSA CI (default: %(default)s)")
-    p.add_argument("--note", action="append", default=[], metavar="TEXT",
-                   help="an extra line for the report's Setting section, e.g. where the runs came from (repeatable)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
+    add_common_options(p, "Mantel / PROTEST permutations per analysis")
     args = p.parse_args(argv)
     from analyses.lst.analyse import check_arguments, collect, write_tables
 
@@ -186,15 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     frames = collect(root, n_perm=args.n_perm, n_boot=args.n_boot)
     write_tables(frames, root)
-    cmd = "python -m analyses.lst.report --root " + str(args.root) + ("" if args.out == "reports/lst" else f" --out {args.out}")
-    cmd += "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("n_perm", args.n_perm), ("n_boot", args.n_boot)) if v != 500)
-    cmd += "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note)
-    try:
-        with staged_dir(args.out, args.force) as stage:  # replaces --out only once the whole report is written
-            write_report(root, stage, frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot)
-    except InputError as e:
-        p.error(str(e))
-    print(f"report written to {Path(args.out) / 'README.md'}")
+    cmd = regenerate_command("analyses.lst.report", [("--root", args.root)]
+                             + ([("--out", args.out)] if args.out != "reports/lst" else []), args)
+    write_staged(p, args.out, args.force, lambda stage: write_report(
+        root, stage, frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot))
     return 0
 
 
