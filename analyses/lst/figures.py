@@ -78,42 +78,37 @@ def _errbar(ax, summ: pd.DataFrame, col: str, label: str, color: str, marker: st
 
 def fig_accuracy(sr: pd.DataFrame, out: Path) -> str | None:
     """Train, test and held-out accuracy vs σ over the σ-grid runs ``sr``."""
-    if sr.empty:
-        return None
-    plt = pyplot()
-    summ = _summary_by_sigma(sr, ["train_acc", "test_acc", "ood_acc"], clip=True)
-    fig, ax = plt.subplots(figsize=(3.4, 2.5))
-    for col, lab, c in (("train_acc", "train", OKABE[2]), ("test_acc", "test (in-distribution)", OKABE[1]),
-                        ("ood_acc", "held-out (OOD)", OKABE[0])):
-        _errbar(ax, summ, col, lab, c, raw=sr)
-    ax.axhline(CHANCE, color="grey", lw=0.6, ls=":")
-    ax.set_xscale("log")
-    ax.set_xlabel("σ of the learned PE init")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1.02)
-    ax.legend(frameon=False)
-    ax.set_title("Accuracy vs σ (mean, 95% CI over seeds)")
-    return save_figure(fig, summ, out, "accuracy_vs_sigma")
+    series = (("train_acc", "train", OKABE[2]), ("test_acc", "test (in-distribution)", OKABE[1]),
+              ("ood_acc", "held-out (OOD)", OKABE[0]))
+    return _accuracy_vs_sigma(sr, series, "accuracy", "Accuracy vs σ (mean, 95% CI over seeds)", None, out,
+                              "accuracy_vs_sigma")
 
 
 def fig_levels(sr: pd.DataFrame, out: Path) -> str | None:
     """Held-out accuracy per difficulty level vs σ."""
+    series = tuple((f"ood_acc_{lv}", lv, c) for lv, c in zip(LEVELS, OKABE))
+    return _accuracy_vs_sigma(sr, series, "held-out accuracy", "Held-out accuracy per difficulty level", "difficulty",
+                              out, "per_level_vs_sigma")
+
+
+def _accuracy_vs_sigma(sr: pd.DataFrame, series: tuple[tuple[str, str, str], ...], ylabel: str, title: str,
+                       legend_title: str | None, out: Path, name: str) -> str | None:
+    """Accuracy columns (column, label, colour) vs σ on a log axis, mean and 95% CI over seeds, chance dotted."""
     if sr.empty:
         return None
     plt = pyplot()
-    cols = [f"ood_acc_{lv}" for lv in LEVELS]
-    summ = _summary_by_sigma(sr, cols, clip=True)
+    summ = _summary_by_sigma(sr, [col for col, _, _ in series], clip=True)
     fig, ax = plt.subplots(figsize=(3.4, 2.5))
-    for col, lv, c in zip(cols, LEVELS, OKABE):
-        _errbar(ax, summ, col, lv, c, raw=sr)
+    for col, lab, c in series:
+        _errbar(ax, summ, col, lab, c, raw=sr)
     ax.axhline(CHANCE, color="grey", lw=0.6, ls=":")
     ax.set_xscale("log")
     ax.set_xlabel("σ of the learned PE init")
-    ax.set_ylabel("held-out accuracy")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1.02)
-    ax.legend(frameon=False, title="difficulty")
-    ax.set_title("Held-out accuracy per difficulty level")
-    return save_figure(fig, summ, out, "per_level_vs_sigma")
+    ax.legend(frameon=False, title=legend_title)
+    ax.set_title(title)
+    return save_figure(fig, summ, out, name)
 
 
 def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
