@@ -8,11 +8,14 @@ when the user passes --force.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,10 +38,15 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
                          f"name a new folder, e.g. --out {out / 'report'}")
     for item in inputs:
         path = Path(item) if isinstance(item, (str, os.PathLike)) else None  # specs such as grid:4x4 do not exist
-        if path is not None and path.exists() and (path.resolve() == resolved or resolved in path.resolve().parents):
+        if path is None or not path.exists():
+            continue
+        if path.resolve() == resolved or resolved in path.resolve().parents:
             raise InputError(f"--out {out} is or holds the input {item}, which writing the report there would delete; "
                              f"name a folder outside it, e.g. --out {resolved.parent / (resolved.name + '-report')}")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists() and not force:
+        if path.is_dir() and path.resolve() in resolved.parents and _foreign(out):
+            raise InputError(f"--out {out} is a folder inside the input {item} (part of it, e.g. a run), which writing "
+                             f"the report there would delete, --force or not; name a new folder or one outside {item}")
+    if _foreign(out) and not force:
         raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
     # the nearest existing ancestor must be a folder we can write into (checked before any work)
     ancestor = resolved.parent
@@ -59,14 +67,16 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     out = check_out_dir(out, force)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        _remove_abandoned(out)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-{os.getpid()}-", dir=out.parent))
     except OSError as e:
         raise InputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another folder") from None
     try:
-        yield stage
+        with _terminate_as_exit():
+            yield stage
         (stage / MARKER).write_text("written by pe-probe\n")
         if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
             os.replace(out, trash / out.name)
             os.replace(stage, out)
             shutil.rmtree(trash, ignore_errors=True)
@@ -76,6 +86,49 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM / SIGHUP (a killed job, a closed terminal) raise SystemExit while a folder is staged, so the
+    staging folder is removed like on any error; only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    wanted = [sig for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig is not None]
+    previous = {sig: signal.signal(sig, stop) for sig in wanted}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _remove_abandoned(out: Path) -> None:
+    """Staging / old-copy folders of ``out`` left by a process that no longer runs (killed with SIGKILL, or
+    the machine stopped): their names carry the writer's pid."""
+    for leftover in out.parent.glob(f".{glob.escape(out.name)}.*-*-*"):
+        kind, _, rest = leftover.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("staging", "old") and pid.isdigit() and leftover.is_dir() and not _alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _foreign(out: Path) -> bool:
+    """A non-empty existing folder that pe-probe did not write."""
+    return out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists()
 
 
 def _open_up(folder: Path) -> None:

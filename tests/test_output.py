@@ -1,0 +1,56 @@
+"""Report folders: never over an input, whole or not at all, even when the writer is killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pe_probe.errors import InputError
+from pe_probe.output import MARKER, check_out_dir, staged_dir
+
+
+def test_out_inside_an_input_folder_is_refused_when_it_holds_other_files_force_or_not(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "run-a").mkdir(parents=True)
+    (runs / "run-a" / "last.pt").write_bytes(b"weights")
+    for force in (False, True):
+        with pytest.raises(InputError, match="inside the input .* --force or not"):
+            check_out_dir(runs / "run-a", force=force, inputs=[runs])
+    assert (runs / "run-a" / "last.pt").exists()
+    check_out_dir(runs / "report", inputs=[runs])  # a new folder inside: nothing to delete
+    (runs / "old-report").mkdir()
+    (runs / "old-report" / MARKER).write_text("written by pe-probe\n")
+    (runs / "old-report" / "README.md").write_text("x")
+    check_out_dir(runs / "old-report", inputs=[runs])  # an earlier report of ours
+
+
+def test_a_killed_writer_leaves_no_staging_folder(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pe_probe.output import staged_dir
+        with staged_dir({str(tmp_path / 'out')!r}) as stage:
+            (stage / "half.txt").write_text("half")
+            os.kill(os.getpid(), signal.SIGTERM)
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 128 + 15, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_folders_abandoned_by_dead_writers_are_removed_live_ones_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    abandoned = tmp_path / f".out.staging-{dead_pid}-abc"
+    live = tmp_path / f".out.staging-{__import__('os').getpid()}-def"
+    other = tmp_path / f".other.staging-{dead_pid}-ghi"
+    for folder in (abandoned, live, other):
+        folder.mkdir()
+    with staged_dir(tmp_path / "out") as stage:
+        (stage / "a.txt").write_text("a")
+    assert not abandoned.exists() and live.exists() and other.exists()
+    assert (tmp_path / "out" / "a.txt").read_text() == "a"
