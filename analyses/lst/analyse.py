@@ -91,6 +91,8 @@ def finished_runs(root: Path) -> list[Path]:
 def sweep_root_problem(root: Path) -> str | None:
     """Why ``root`` cannot be analysed (one line naming the fix), or None: it must be a folder holding at
     least one finished run."""
+    if root.exists() and not root.is_dir():
+        return f"--root {root}: is a file, not a sweep folder; give the folder python -m analyses.lst.sweep --root wrote"
     if not root.is_dir():
         return f"--root {root}: no such sweep folder; train one with python -m analyses.lst.sweep --root {root}"
     if not finished_runs(root):

@@ -426,6 +426,9 @@ def crosscheck_section(table: pd.DataFrame, left_out: list[str], base: dict[str,
 
 
 def at_error(at: int, last: int) -> str:
+    """Why ``--at`` cannot be compared with the runs' last epoch ``last``, naming the fix."""
+    if at >= last:
+        return f"--at {at}: --at must be before the runs' last epoch ({last}); choose a smaller --at"
     return (f"--at {at}: the runs need an evaluation and a checkpoint at epoch {at} and must train past it "
             f"(they end at {last}); train with --set ckpt_every={at}, or choose another --at")
 
@@ -443,12 +446,29 @@ def at_problem(root: Path, at: int) -> str | None:
     return at_error(at, last) if at >= last or not any(at % e == 0 for e in every) else None
 
 
+# the columns of the main sweep's tidy tables that the cross-check reads
+BASE_COLUMNS = {"runs.csv": ("run", "epochs", "pe", "sigma", "seed", "group", "placement", "control", "ood_acc"),
+                "analyses.csv": ("run", "view", "layer", "is_last", "rsa_spearman")}
+
+
 def base_problem(root: Path) -> str | None:
-    """Why ``root`` cannot serve as the main sweep of the cross-check, or None."""
+    """Why ``root`` cannot serve as the main sweep of the cross-check (its ``analysis/runs.csv`` and
+    ``analyses.csv`` must be CSV tables with `BASE_COLUMNS`), or None."""
+    if root.exists() and not root.is_dir():
+        return "is a file, not a sweep folder"
     if not root.is_dir():
         return "does not exist"
+    fix = f"(write them with python -m analyses.lst.analyse --root {root})"
     if not (root / "analysis" / "runs.csv").is_file() or not (root / "analysis" / "analyses.csv").is_file():
-        return f"has no analysis/runs.csv and analyses.csv (write them with python -m analyses.lst.analyse --root {root})"
+        return f"has no analysis/runs.csv and analyses.csv {fix}"
+    for name, needed in BASE_COLUMNS.items():
+        try:
+            columns = pd.read_csv(root / "analysis" / name, low_memory=False).columns
+        except (OSError, ValueError) as e:  # empty (EmptyDataError) or not a CSV table
+            return f"has an analysis/{name} that cannot be read ({str(e).splitlines()[0] if str(e) else 'empty'}) {fix}"
+        lacking = [c for c in needed if c not in columns]
+        if lacking:
+            return f"has an analysis/{name} without the column(s) {', '.join(lacking)} {fix}"
     return None
 
 

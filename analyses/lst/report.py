@@ -45,10 +45,9 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     for df in (runs, evals, ana, lay):
         if "sigma" in df:
             df["sigma"] = pd.to_numeric(df["sigma"], errors="coerce")
-    grid = json.loads((root / "grid.json").read_text()) if (root / "grid.json").exists() else {"runs": [], "preset": "?"}
-    planned = [r["name"] for r in grid["runs"]]
+    grid = json.loads((root / "grid.json").read_text()) if (root / "grid.json").is_file() else None
     done = set(runs.run) if not runs.empty else set()
-    missing = [n for n in planned if n not in done]
+    configs = setting.run_configs(root, sorted(done))
     sr = sigma_runs(runs) if not runs.empty else runs
     ana_sigma = ana[ana.group == "sigma"] if not ana.empty else ana
     epochs = sorted(runs.epochs.unique()) if not runs.empty else []
@@ -83,10 +82,10 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     L.append(f"Regenerate everything in this folder with:\n\n```bash\n{cmd}\n```\n")
     L.append("Reproduction of Ito et al., *Learning positional encodings in transformers depends on initialization* "
              "(arXiv 2406.08272) with `pe-probe`'s trainer and analyses. Every number below was computed by the command "
-             "above from the sweep folder; the study's numbers are quoted from DESIGN.md section 6.\n")
+             "above from the sweep folder; the study's numbers are quoted from the paper, as `analyses/lst/study.py` "
+             "holds them.\n")
     L.append("## Setting\n")
-    L.append(f"- Sweep: `{root}`, preset `{grid.get('preset')}` ({len(done)} of {len(planned)} planned runs finished"
-             + (f"; missing: {', '.join(missing)}" if missing else "") + ").")
+    L.append(f"- Sweep: `{root}`, {setting.sweep_text(grid, sorted(done), configs)}.")
     L.append(f"- Training length: {', '.join(str(e) for e in epochs)} epochs (the study: 4,000); σ-grid seeds: "
              f"{', '.join(str(s) for s in seeds)} (the study: 15).")
     secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
@@ -102,9 +101,8 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
                  f"fused CPU attention kernel by matmul-softmax ({MIXED}): {describe_paths(paths)}.")
     from trainers.config import PRESETS  # imports torch: not at module level
 
-    configs = setting.run_configs(root, sorted(done))
     L.append("- Model: " + setting.model_line(root, runs)
-             + setting.paper_note(grid.get("preset"), configs, PRESETS["paper"], PRESET_SETTINGS["paper"]["seeds"]))
+             + setting.paper_note((grid or {}).get("preset"), configs, PRESETS["paper"], PRESET_SETTINGS["paper"]["seeds"]))
     L.append(f"- Held-out (OOD) set: {setting.heldout_text(configs, len(LEVELS), STUDY_OOD_PUZZLES)}. Chance is "
              f"{100 * CHANCE:.0f}%. One run's held-out accuracy at {PRESET_EPOCHS['quick']} epochs of the quick preset is "
              "sensitive to floating-point rounding (a different summation order moves it by several points: "

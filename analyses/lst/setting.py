@@ -72,9 +72,23 @@ def heldout_text(configs: dict[str, dict[str, Any]], n_levels: int, study_n: int
     return text
 
 
+def sweep_text(grid: dict[str, Any] | None, done: list[str], configs: dict[str, dict[str, Any]]) -> str:
+    """"preset `quick` (4 of 6 planned runs finished; missing: ...)": planned are ``grid.json``'s runs and any finished
+    run not in it; without a grid (None) the plan is not recorded and the preset comes from the runs' configs."""
+    if grid is None:
+        presets = Counter(str(c.get("preset")) for c in configs.values() if c.get("preset"))
+        preset = f"preset `{counted(presets, len(configs))}`" if presets else "preset not recorded"
+        return (f"{preset} ({len(done)} finished run{'s' if len(done) != 1 else ''}; the plan is not recorded "
+                "(no grid.json))")
+    planned = list(dict.fromkeys([str(r.get("name")) for r in grid.get("runs", []) if isinstance(r, dict)] + done))
+    missing = [n for n in planned if n not in set(done)]
+    return (f"preset `{grid.get('preset') or 'not recorded'}` ({len(done)} of {len(planned)} planned runs finished"
+            + (f"; missing: {', '.join(missing)}" if missing else "") + ")")
+
+
 def paper_note(grid_preset: str | None, configs: dict[str, dict[str, Any]], paper: dict[str, Any], seeds: int) -> str:
     """A sentence saying the paper preset was not run, when the sweep's preset is known and is not it; else ''."""
-    presets = {p for p in [grid_preset, *(c.get("preset") for c in configs.values())] if p and p != "?"}
+    presets = {p for g in [grid_preset, *(c.get("preset") for c in configs.values())] if g for p in str(g).split(",")}
     if not presets or "paper" in presets:
         return ""
     return (f" The paper preset (d_model {paper['model.d_model']}, lr {paper['optim.lr']:g}, {paper['optim.epochs']:,} "

@@ -10,13 +10,14 @@
         --root s3://bucket/lst-paper                                       # on a Ray cluster (extra `ray`)
 
 Finished runs (last.pt at the configured epoch) are skipped; unfinished ones resume from their
-last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json, progress to
-ROOT/sweep.log; ``--dry-run`` only prints the runs and their state, and writes nothing. Analyses are a
+last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json (merged with an earlier call's:
+its other runs are kept and every call's argv is recorded), progress to ROOT/sweep.log; ``--dry-run`` only prints the runs and their state, and writes nothing. Analyses are a
 separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
 Every option, every run's config and the speed options are checked before anything is written: a bad
 value (``--workers 0``, ``--seeds 0``, duplicate ``--sigmas``, a ``--root`` that is a file, a Ray option
 without ``--backend ray`` ...), a bad ``--set``, a ``--set`` of a key the grid sets itself (seed, pe.*, the
-controls' optimiser) or an option the device cannot run is a one-line error (exit 2).
+controls' optimiser), an option the device cannot run, or a run folder holding files that are not the run's
+is a one-line error (exit 2).
 """
 
 from __future__ import annotations
@@ -144,6 +145,44 @@ def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
     return out
 
 
+def foreign_folders(grid: list[RunSpec], root: Path) -> list[str]:
+    """``NAME: reason`` for each run folder under ``root`` without last.pt that the trainer would refuse to start
+    in (`trainers.train.check_run_dir`: files that are not the run's); folders with last.pt: `config_clashes`."""
+    from trainers.train import LAST, check_run_dir
+
+    out = []
+    for s in grid:
+        folder = root / s.name
+        if not folder.is_dir() or (folder / LAST).exists():
+            continue
+        try:
+            check_run_dir(s.config(), folder, force=False)
+        except ValueError as e:  # InputError: "--out FOLDER holds ...; choose another --out ..."
+            out.append(f"{s.name}: {first_line(e).removeprefix(f'--out {folder} ').split('; ')[0]}")
+    return out
+
+
+def merged_grid(path: Path, preset: str, argv: list[str], grid: list[RunSpec]) -> dict:
+    """grid.json after this call: an earlier call's runs not in ``grid`` (by name) kept, then ``grid``'s; every
+    call's preset and argv in "calls" ("argv": this call's; "preset": the calls' presets, comma-separated if they
+    differ). Raises a one-line `InputError` for an unreadable earlier grid.json."""
+    old: dict = {}
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or not isinstance(old.get("runs", []), list):
+            raise InputError(f"{path} is not a grid.json the sweep wrote; move it away (it records the earlier "
+                             "calls' runs), or use another --root")
+    names = {s.name for s in grid}
+    runs = [r for r in old.get("runs", []) if not (isinstance(r, dict) and r.get("name") in names)]
+    calls = [c for c in old.get("calls") or ([{"preset": old.get("preset"), "argv": old.get("argv")}] if old else [])
+             if isinstance(c, dict)] + [{"preset": preset, "argv": argv}]
+    presets = dict.fromkeys(str(c["preset"]) for c in calls if c.get("preset"))
+    return {"preset": ",".join(presets), "argv": argv, "calls": calls, "runs": runs + [s.to_dict() for s in grid]}
+
+
 def check_options(args: argparse.Namespace) -> None:
     """The options `build_grid` does not see: workers, backend and its options, ``--root`` and ``--state-dir``
     (made later: a file there, or an unknown URL, is refused now). Raises a one-line `InputError`."""
@@ -253,6 +292,15 @@ def main(argv: list[str] | None = None) -> int:
         if clashes:
             p.error(f"{len(clashes)} run folder(s) under {args.root} hold runs of another config, e.g. {clashes[0]}; "
                     f"use another --root, or the options that made them")
+        foreign = foreign_folders(grid, root)
+        if foreign:
+            p.error(f"{len(foreign)} run folder(s) under {args.root} cannot take their run, e.g. "
+                    f"{foreign[0]}; move those files away, or delete the folder")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        record = merged_grid(root / "grid.json", args.preset, argv, grid)
+    except InputError as e:
+        p.error(str(e))
     todo = [s for s in grid if not run_is_finished(s, run_dir(s))]
     summary = (f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
                f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")
@@ -273,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         logf.write(line + "\n")
         logf.flush()
 
-    (root / "grid.json").write_text(json.dumps({"preset": args.preset, "argv": sys.argv[1:] if argv is None else argv,
-                                                 "runs": [s.to_dict() for s in grid]}, indent=1) + "\n")
+    (root / "grid.json").write_text(json.dumps(record, indent=1) + "\n")
     log(summary)
     if args.backend == "ray":
         from analyses.lst.ray_runner import RayRunner
