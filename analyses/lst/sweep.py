@@ -11,8 +11,9 @@
 
 Finished runs (last.pt at the configured epoch) are skipped; unfinished ones resume from their
 last.pt (the trainer's exact resume). The grid is written to ROOT/grid.json (merged with an earlier call's:
-its other runs are kept and every call's argv is recorded), progress to ROOT/sweep.log; ``--dry-run`` only prints the runs and their state, and writes nothing. Analyses are a
-separate, cached step: ``python -m analyses.lst.analyse --root ROOT``.
+its other runs are kept and every call's argv is recorded), progress to ROOT/sweep.log; ``--dry-run`` only
+prints the runs and their state, and writes nothing. Analyses are a separate, cached step:
+``python -m analyses.lst.analyse --root ROOT``.
 Every option, every run's config and the speed options are checked before anything is written: a bad
 value (``--workers 0``, ``--seeds 0``, duplicate ``--sigmas``, a ``--root`` that is a file, a Ray option
 without ``--backend ray`` ...), a bad ``--set``, a ``--set`` of a key the grid sets itself (seed, pe.*, the
