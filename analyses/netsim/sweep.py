@@ -117,7 +117,7 @@ def regenerate_command(p: Any, args: Any, default_runs: Path, default_out: Path)
 def regenerate_lines(plan: Plan, needs: str = "") -> list[str]:
     """The README's "Regenerate" paragraph and command block (``needs``: what to install first, if anything)."""
     return [f"Regenerate ({needs}trains missing runs into `{plan.runs_text}/`, resumable, then analyses; "
-            f"{plan.scale.cost} when nothing is trained yet, about a minute of analyses when the runs exist):", "",
+            f"{plan.scale.cost} when nothing is trained yet, under a minute of analyses when the runs exist):", "",
             "```bash", plan.command, "```", ""]
 
 
