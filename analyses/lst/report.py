@@ -11,7 +11,6 @@ over a folder pe-probe wrote (``--force`` otherwise).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
     for df in (runs, evals, ana, lay):
         if "sigma" in df:
             df["sigma"] = pd.to_numeric(df["sigma"], errors="coerce")
-    grid = json.loads((root / "grid.json").read_text()) if (root / "grid.json").is_file() else None
+    grid = setting.read_grid(root)
     done = set(runs.run) if not runs.empty else set()
     configs = setting.run_configs(root, sorted(done))
     sr = sigma_runs(runs) if not runs.empty else runs
@@ -172,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(p, Path(args.root), args.n_perm, args.n_boot)
     try:
         check_out_dir(args.out, args.force, inputs=[args.root])
+        setting.read_grid(Path(args.root))  # an unreadable grid.json: refused before the analyses
     except InputError as e:
         p.error(str(e))
     import torch

@@ -18,6 +18,7 @@ import pandas as pd
 
 from analyses.lst.grid import SGD_LR_ORIGIN
 from analyses.lst.selection import sigma_runs
+from pe_probe.errors import InputError
 from trainers.provenance import read_sessions
 
 # provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded)
@@ -70,6 +71,21 @@ def heldout_text(configs: dict[str, dict[str, Any]], n_levels: int, study_n: int
     if not any(dotted(c, "data.ood_puzzles") for c in configs.values()):
         text += f" (the study's {study_n} human-study puzzles are not available here)"
     return text
+
+
+def read_grid(root: Path) -> dict[str, Any] | None:
+    """ROOT/grid.json as the sweep wrote it, or None without one; a one-line `InputError` for one it did not."""
+    path = Path(root) / "grid.json"
+    if not path.is_file():
+        return None
+    try:
+        grid = json.loads(path.read_text())
+    except (OSError, ValueError):
+        grid = None
+    if not isinstance(grid, dict) or not isinstance(grid.get("runs", []), list):
+        raise InputError(f"{path} is not a grid.json the sweep wrote; move it away (the report then says the plan "
+                         "is not recorded), or restore it")
+    return grid
 
 
 def sweep_text(grid: dict[str, Any] | None, done: list[str], configs: dict[str, dict[str, Any]]) -> str:

@@ -147,6 +147,15 @@ def test_an_existing_folder_not_written_by_pe_probe_is_refused_before_any_work(t
     assert _main(["--root", str(root), "--out", str(out)], capsys)[0] == 0  # ours now: no --force needed
 
 
+@pytest.mark.parametrize("content", ["[1, 2]", "{not json", '{"runs": 3}'])
+def test_a_grid_json_the_sweep_did_not_write_is_refused_before_any_work(tmp_path, cli, capsys, content):
+    root, calls = cli
+    (root / "grid.json").write_text(content)
+    code, err = _main(["--root", str(root), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 2 and "is not a grid.json the sweep wrote" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and not calls and not (tmp_path / "rep").exists()
+
+
 @pytest.mark.parametrize("where", ["root", "parent"])
 def test_out_may_not_be_or_hold_the_sweep(tmp_path, cli, capsys, where):
     root, calls = cli
