@@ -73,18 +73,19 @@ def heldout_text(configs: dict[str, dict[str, Any]], n_levels: int, study_n: int
     return text
 
 
-def read_grid(root: Path) -> dict[str, Any] | None:
-    """ROOT/grid.json as the sweep wrote it, or None without one; a one-line `InputError` for one it did not."""
+def read_grid(root: Path,
+              fix: str = "the report then says the plan is not recorded), or restore it") -> dict[str, Any] | None:
+    """ROOT/grid.json as the sweep wrote it, or None without one; a one-line `InputError` for one it did not
+    (``fix``: the end of its advice, after "move it away (")."""
     path = Path(root) / "grid.json"
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
         grid = json.loads(path.read_text())
     except (OSError, ValueError):
         grid = None
     if not isinstance(grid, dict) or not isinstance(grid.get("runs", []), list):
-        raise InputError(f"{path} is not a grid.json the sweep wrote; move it away (the report then says the plan "
-                         "is not recorded), or restore it")
+        raise InputError(f"{path} is not a grid.json the sweep wrote; move it away ({fix}")
     return grid
 
 

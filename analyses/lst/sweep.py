@@ -167,15 +167,9 @@ def merged_grid(path: Path, preset: str, argv: list[str], grid: list[RunSpec]) -
     """grid.json after this call: an earlier call's runs not in ``grid`` (by name) kept, then ``grid``'s; every
     call's preset and argv in "calls" ("argv": this call's; "preset": the calls' presets, comma-separated if they
     differ). Raises a one-line `InputError` for an unreadable earlier grid.json."""
-    old: dict = {}
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if not isinstance(old, dict) or not isinstance(old.get("runs", []), list):
-            raise InputError(f"{path} is not a grid.json the sweep wrote; move it away (it records the earlier "
-                             "calls' runs), or use another --root")
+    from analyses.lst.setting import read_grid
+
+    old = read_grid(path.parent, fix="it records the earlier calls' runs), or use another --root") or {}
     names = {s.name for s in grid}
     runs = [r for r in old.get("runs", []) if not (isinstance(r, dict) and r.get("name") in names)]
     calls = [c for c in old.get("calls") or ([{"preset": old.get("preset"), "argv": old.get("argv")}] if old else [])
