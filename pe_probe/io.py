@@ -545,21 +545,28 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
                      f"(candidates: {_listing(_candidates(store))})")
 
 
+_LAYER_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")  # a dotted part that is a number: a layer index
+
+
 def _layer_order(names: list[str], src: str) -> list[str]:
     """One name, or names differing only in their layer number(s), sorted by layer; else ambiguous."""
     if len(names) == 1:
         return names
-    templates = {re.sub(r"(?<![^.])\d+(?![^.])", "{i}", n) for n in names}
+    templates = {_LAYER_NUMBER.sub("{i}", n) for n in names}
     if len(templates) == 1:
-        return sorted(names, key=lambda n: [int(x) for x in re.findall(r"(?<![^.])\d+(?![^.])", n)])
+        return sorted(names, key=_layer_numbers)
     raise InputError(f"{src}: several possible PE tables ({_listing(names)}); pass --param NAME to pick one")
 
 
 def _numbered_from_zero(names: list[str]) -> bool:
     """Whether per-layer names carry the layer numbers 0..n-1 (blocks.0, blocks.1, ...), so that --layer N
     is also the number in the name; False for gaps such as blocks.{0,1,2,10}."""
-    numbers = [[int(x) for x in re.findall(r"(?<![^.])\d+(?![^.])", n)] for n in names]
-    return any(list(col) == list(range(len(names))) for col in zip(*numbers))
+    return any(list(col) == list(range(len(names))) for col in zip(*map(_layer_numbers, names)))
+
+
+def _layer_numbers(name: str) -> list[int]:
+    """The whole dotted parts of a tensor name that are numbers (blocks.10.pe.table -> [10])."""
+    return [int(x) for x in _LAYER_NUMBER.findall(name)]
 
 
 def _resolve_param(store: _Store, param: str, src: str) -> str:

@@ -228,12 +228,12 @@ def flatten_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(dotted key, old value, new value) for each setting that differs between two config dicts, sorted by
-    key (ignoring IGNORED_FOR_RESUME; a key missing on one side has the value None there)."""
+def config_differences(old: dict[str, Any], new: dict[str, Any],
+                       ignore: tuple[str, ...] = IGNORED_FOR_RESUME) -> list[tuple[str, Any, Any]]:
+    """(dotted key, old value, new value) for each setting that differs between two config dicts (nested or
+    already flat), sorted by key, keys in ``ignore`` left out; a key missing on one side has the value None there."""
     a, b = flatten_config(old), flatten_config(new)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
-            if k not in IGNORED_FOR_RESUME and a.get(k) != b.get(k)]
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in ignore and a.get(k) != b.get(k)]
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

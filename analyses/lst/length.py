@@ -141,16 +141,15 @@ def config_mismatch(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) 
     """Why two runs' configs make the cross-check meaningless (None when they agree in every key but
     `CROSSCHECK_IGNORES`; a key an older config.json lacks counts as the config's default)."""
     from trainers.config import TrainConfig
-    from trainers.train import flatten_config as flat
+    from trainers.train import config_differences, flatten_config as flat
 
     if mine is None or theirs is None:
         return f"{'this' if mine is None else 'the main sweep'} run's config.json is missing"
     default = flat(TrainConfig().to_dict())
-    a, b = {**default, **flat(mine)}, {**default, **flat(theirs)}
-    diff = [k for k in sorted(set(a) | set(b)) if k not in CROSSCHECK_IGNORES and a.get(k) != b.get(k)]
+    diff = config_differences({**default, **flat(mine)}, {**default, **flat(theirs)}, ignore=CROSSCHECK_IGNORES)
     if not diff:
         return None
-    said = ", ".join(f"{k} {a.get(k)!r} here vs {b.get(k)!r} there" for k in diff[:3])
+    said = ", ".join(f"{k} {here!r} here vs {there!r} there" for k, here, there in diff[:3])
     return "configs differ: " + said + (f" and {len(diff) - 3} more key(s)" if len(diff) > 3 else "")
 
 

@@ -37,7 +37,8 @@ def write_static_figures(result: AnalysisResult, figures_dir: Path, formats: Seq
         written += save_figure(shepard_figure(shep, result.metrics, result.pe_metric), shep, figures_dir, "shepard", formats)
         layout = fr.layout_frame(result)
         if len(layout):
-            written += save_figure(layout_figure(layout, result.metrics, grid_view=result.gt_kind == "grid"), layout, figures_dir, "layout", formats)
+            fig = layout_figure(layout, result.metrics, grid_view=result.gt_kind == "grid")
+            written += save_figure(fig, layout, figures_dir, "layout", formats)
         spec = fr.spectrum_frame(result)
         written += save_figure(spectrum_figure(spec, result.metrics), spec, figures_dir, "spectrum", formats)
         pcs = fr.pc_grid_frame(result)
