@@ -43,3 +43,12 @@ def synthetic_frames(items: list[tuple], accuracies: Callable[[np.random.Generat
                                 "cmds_row": rec[pos, 0], "cmds_col": rec[pos, 1]})
     return {"runs": pd.DataFrame(runs), "evals": pd.DataFrame(evals), "analyses": pd.DataFrame(ana),
             "layouts": pd.DataFrame(lay)}
+
+
+def run_report_command(main: Callable[[list[str]], int], args: list[str], capsys) -> tuple[int, str]:
+    """Run an LST report command's ``main`` with few permutations: (exit code, captured stderr)."""
+    try:
+        code = main(args + ["--n-perm", "5", "--n-boot", "5"])
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from synthetic_sweep import run_report_command
 from test_lst_length import _base_folder, configs, frames, write_configs
 from test_lst_report_setting import _frames, _setting, _sweep
 from test_lst_sweep_cli import SMALL, refused
@@ -109,11 +110,7 @@ def long_sweep(tmp_path, monkeypatch):
 
 
 def _length(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = LEN.main(args + ["--n-perm", "5", "--n-boot", "5"])
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err
+    return run_report_command(LEN.main, args, capsys)
 
 
 def _empty_runs(base: Path) -> None:

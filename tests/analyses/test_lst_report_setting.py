@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from synthetic_sweep import run_report_command
 
 from analyses.lst import report as R
 from analyses.lst import setting as S
@@ -127,11 +128,7 @@ def cli(tmp_path, monkeypatch):
 
 
 def _main(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = R.main(args + ["--n-perm", "5", "--n-boot", "5"])
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err
+    return run_report_command(R.main, args, capsys)
 
 
 def test_an_existing_folder_not_written_by_pe_probe_is_refused_before_any_work(tmp_path, cli, capsys):
