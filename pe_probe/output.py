@@ -25,10 +25,13 @@ from .errors import InputError
 MARKER = ".pe-probe-output"
 
 
-def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[Any] = ()) -> Path:
+def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[Any] = (),
+                  created_inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """Refuse early (before any work) an output folder we may not write: a file, the current folder or
     one above it, a folder not written by pe-probe (unless ``force``), or one that is or holds one of
-    ``inputs`` (paths the command reads; replacing the folder would delete them, --force or not)."""
+    ``inputs`` (paths the command reads; replacing the folder would delete them, --force or not).
+    ``created_inputs`` are inputs the command itself creates before reading them (a sweep's run folders):
+    ``out`` may not be or hold them even while they do not exist yet."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
@@ -36,9 +39,10 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
         raise InputError(f"--out {out} is the current folder or one above it, which pe-probe replaces as a whole; "
                          f"name a new folder, e.g. --out {out / 'report'}")
-    for item in inputs:
+    created = [Path(item) for item in created_inputs]
+    for item in [*inputs, *created]:
         path = Path(item) if isinstance(item, (str, os.PathLike)) else None  # specs such as grid:4x4 do not exist
-        if path is None or not path.exists():
+        if path is None or not (path.exists() or path in created):
             continue
         if path.resolve() == resolved or resolved in path.resolve().parents:
             raise InputError(f"--out {out} is or holds the input {item}, which writing the report there would delete; "

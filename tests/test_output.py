@@ -54,3 +54,15 @@ def test_folders_abandoned_by_dead_writers_are_removed_live_ones_kept(tmp_path):
         (stage / "a.txt").write_text("a")
     assert not abandoned.exists() and live.exists() and other.exists()
     assert (tmp_path / "out" / "a.txt").read_text() == "a"
+
+
+def test_out_may_not_be_or_hold_an_input_the_command_creates_later(tmp_path):
+    """A sweep's --runs may not exist yet: check_out_dir refuses an --out that is or holds it all the same
+    when told it is created (``created_inputs``); as a plain input that does not exist it is skipped."""
+    runs = tmp_path / "new" / "runs"
+    for out in (tmp_path / "new", runs):
+        with pytest.raises(InputError, match="is or holds the input"):
+            check_out_dir(out, created_inputs=[runs])
+        check_out_dir(out, inputs=[runs])  # an input that does not exist cannot be deleted
+    check_out_dir(tmp_path / "report", created_inputs=[runs])  # beside it: fine
+    assert not (tmp_path / "new").exists()

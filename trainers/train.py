@@ -277,18 +277,28 @@ def _trim_metrics(path: Path, max_epoch: int) -> None:
     _write_text_atomic(path, "".join(line + "\n" for line in keep))
 
 
+class RunDirRefused(InputError):
+    """`check_run_dir`'s refusal of a run folder. The message is ``[--out ]SUBJECT REASON; FIX``; ``subject``
+    (the folder, or the file in it, that is refused) and ``reason`` (why, without the fix, whose flags are the
+    trainer's) are kept apart for callers that name the folder their own way (the sweep pipelines)."""
+
+    def __init__(self, subject: Path, reason: str, fix: str, flag: bool = False):
+        super().__init__(f"{'--out ' if flag else ''}{subject} {reason}; {fix}")
+        self.subject, self.reason = subject, reason
+
+
 def _read_config(out: Path) -> dict[str, Any]:
     try:
         return json.loads((out / CONFIG_FILE).read_text())
     except ValueError:
-        raise InputError(f"{out / CONFIG_FILE} is not valid JSON; use --force to restart the run in {out}") from None
+        raise RunDirRefused(out / CONFIG_FILE, "is not valid JSON", f"use --force to restart the run in {out}") from None
 
 
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:
     diff = config_differences(old, new)
     if diff:
         shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
-        raise InputError(f"{out} holds {what} with a different config: {shown}; use another --out, or --force to restart")
+        raise RunDirRefused(out, f"holds {what} with a different config: {shown}", "use another --out, or --force to restart")
 
 
 def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:
@@ -298,29 +308,33 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
     what this same run wrote before its first checkpoint (config.json, metrics.jsonl, provenance.jsonl),
     which a fresh start replaces, and the sweep pipelines' `PIPELINE_FILES`; anything else (another
     program's files, step checkpoints whose ``last.pt`` was removed) is refused rather than deleted.
-    ``force`` restarts, deleting the run files.
+    ``force`` restarts, deleting the run files. A refusal is a `RunDirRefused` (a one-line `InputError`).
     """
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file, not a run folder; choose another path")
+        raise RunDirRefused(out, "is a file, not a run folder", "choose another path", flag=True)
     if force or not out.is_dir():
         return None
     new = cfg.to_dict()
     if (out / LAST).exists():
         if not (out / CONFIG_FILE).exists():
-            raise InputError(f"{out} has {LAST} but no {CONFIG_FILE}; use another --out, or --force to restart")
+            raise RunDirRefused(out, f"has {LAST} but no {CONFIG_FILE}", "use another --out, or --force to restart")
         _refuse_other_config(out, _read_config(out), new, "a run")
-        resume = load_checkpoint(out / LAST)
+        try:
+            resume = load_checkpoint(out / LAST)
+        except InputError:  # torn or foreign; the loader's own fix ("pass the .pt file of a run") is not this command's
+            raise RunDirRefused(out / LAST, "does not load as a pe-probe checkpoint, so the run cannot resume",
+                                "use --force to restart it, or another --out") from None
         if "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
-            raise InputError(f"{out / LAST} holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
-                             "run cannot resume exactly; use --force to restart it")
+            raise RunDirRefused(out / LAST, "holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
+                                "run cannot resume exactly", "use --force to restart it")
         return resume
     names = {p.name for p in out.iterdir() if not _is_run_temp(p.name)}
     other = sorted(names - {CONFIG_FILE, METRICS_FILE, PROVENANCE_FILE, *PIPELINE_FILES})
     if other:
         what = (f"{CKPT_DIR}/ but no {LAST} to resume from" if other == [CKPT_DIR] else
                 f"files that are not this run's ({', '.join(other[:4])}{', ...' if len(other) > 4 else ''})")
-        raise InputError(f"--out {out} holds {what}; choose another --out, or pass --force to start over there "
-                         f"(which deletes its {', '.join(RUN_FILES)} and {CKPT_DIR}/)")
+        raise RunDirRefused(out, f"holds {what}", f"choose another --out, or pass --force to start over there "
+                            f"(which deletes its {', '.join(RUN_FILES)} and {CKPT_DIR}/)", flag=True)
     if CONFIG_FILE in names:
         _refuse_other_config(out, _read_config(out), new, "the start of a run")
     return None

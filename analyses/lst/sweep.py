@@ -149,7 +149,7 @@ def config_clashes(grid: list[RunSpec], run_dir) -> list[str]:
 def foreign_folders(grid: list[RunSpec], root: Path) -> list[str]:
     """``NAME: reason`` for each run folder under ``root`` without last.pt that the trainer would refuse to start
     in (`trainers.train.check_run_dir`: files that are not the run's); folders with last.pt: `config_clashes`."""
-    from trainers.train import LAST, check_run_dir
+    from trainers.train import LAST, RunDirRefused, check_run_dir
 
     out = []
     for s in grid:
@@ -158,8 +158,9 @@ def foreign_folders(grid: list[RunSpec], root: Path) -> list[str]:
             continue
         try:
             check_run_dir(s.config(), folder, force=False)
-        except ValueError as e:  # InputError: "--out FOLDER holds ...; choose another --out ..."
-            out.append(f"{s.name}: {first_line(e).removeprefix(f'--out {folder} ').split('; ')[0]}")
+        except RunDirRefused as e:  # its reason without the trainer's fix, which names the trainer's flags
+            inside = "" if e.subject == folder else f"{e.subject.relative_to(folder)} "
+            out.append(f"{s.name}: {inside}{e.reason}")
     return out
 
 

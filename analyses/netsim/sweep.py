@@ -14,12 +14,15 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from pe_probe.report.style import OKABE_ITO
+
+if TYPE_CHECKING:  # trainers imports torch: loaded where a function needs it
+    from trainers.train import RunDirRefused
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def _same_path(a: Path, b: Path) -> bool:
 
 def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Plan:
     """`make_plan`, checked: a bad --workers, a --runs that is a file, or an --out that may not be written
-    (`check_out_dir`; it may never be or hold --runs) is a usage error of ``p`` (one line, exit 2), raised
+    (`check_out_dir`; it may never be or hold --runs, trained or not) is a usage error of ``p`` (one line, exit 2), raised
     before anything is written."""
     from pe_probe.errors import InputError
     from pe_probe.output import check_out_dir
@@ -78,11 +81,8 @@ def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Pl
     if file is not None:
         where = f"--runs {runs}" + ("" if file == runs else f": {file}")
         p.error(f"{where} is a file, not a folder; pass the folder that holds (or will hold) the run folders")
-    if _same_path(out, runs) or out.resolve() in runs.resolve().parents:  # also when --runs does not exist yet
-        p.error(f"--out {out} is or holds --runs {runs}, which writing the report there would delete; name a "
-                "folder outside it")
     try:
-        check_out_dir(out, args.force, inputs=[runs])
+        check_out_dir(out, args.force, created_inputs=[runs])
     except InputError as e:
         p.error(str(e))
     return plan
@@ -124,30 +124,27 @@ def regenerate_lines(plan: Plan, needs: str = "") -> list[str]:
 def check_runs(p: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> None:
     """A usage error of ``p`` (one line, exit 2) when the trainer would refuse a run folder of the sweep in
     ``runs`` (`trainers.train.check_run_dir`, e.g. a run of another config); reads only."""
-    from pe_probe.errors import InputError
     from trainers.config import make_masked_config
-    from trainers.train import check_run_dir
+    from trainers.train import RunDirRefused, check_run_dir
 
     refused = []
     for _, _, ov, out in sweep_jobs(runs, conds, seeds):
         cfg = make_masked_config(task, preset, ov)
         try:
             check_run_dir(cfg, out, force=False)
-        except InputError as e:
+        except RunDirRefused as e:
             refused.append(run_refusal(out, cfg.to_dict(), e))
     if refused:
         p.error(f"--runs {runs}: the trainer would refuse {len(refused)} of the sweep's {len(conds) * len(seeds)} run "
                 f"folders (first: {refused[0]}); pass another --runs, or delete that run folder to train it afresh")
 
 
-def run_refusal(out: Path, config: dict[str, Any], e: Exception) -> str:
+def run_refusal(out: Path, config: dict[str, Any], e: RunDirRefused) -> str:
     """Why the trainer refused run folder ``out`` for ``config``, in words: the differing config keys
-    (`trainers.train.config_differences`), else the trainer's reason without its fix (its fix names its flags)."""
-    from pe_probe.errors import first_line
+    (`trainers.train.config_differences`, all of them up to 8), else the trainer's reason without its fix (its
+    fix names its flags)."""
     from trainers.train import CONFIG_FILE, config_differences
 
-    if out.is_file():
-        return f"{out} is a file, not a run folder"
     try:
         diff = config_differences(json.loads((out / CONFIG_FILE).read_text()), config)
     except (OSError, ValueError):
@@ -156,7 +153,7 @@ def run_refusal(out: Path, config: dict[str, Any], e: Exception) -> str:
         shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:8])
         more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
         return f"{out} holds a run of another config, differing in {shown}{more}"
-    return first_line(e).removeprefix("--out ").rsplit("; ", 1)[0]
+    return f"{e.subject} {e.reason}"
 
 
 def check_trained(p: Any, args: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int],

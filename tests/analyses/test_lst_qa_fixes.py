@@ -186,3 +186,10 @@ def test_report_points_at_study_py_for_the_study_numbers(tmp_path):
     frames_ = _frames()
     text = R.write_report(_sweep(tmp_path / "sweep", frames_), tmp_path / "out", frames_, "cmd").read_text()
     assert "`analyses/lst/study.py`" in text and "DESIGN.md" not in text
+
+
+def test_a_run_folder_with_a_broken_config_is_named_with_the_file(tmp_path, capsys):
+    (tmp_path / "learned-every-s0.1-seed0").mkdir()
+    (tmp_path / "learned-every-s0.1-seed0" / "config.json").write_text("{")
+    err = refused(tmp_path, capsys, ["--root", str(tmp_path), *SMALL, "--dry-run"])
+    assert "e.g. learned-every-s0.1-seed0: config.json is not valid JSON" in err and "--force" not in err

@@ -73,8 +73,8 @@ BAD = {  # argv -> what the error names
     "runs a file": (["--runs", "FILE"], "is a file, not a folder"),
     "runs under a file": (["--runs", "FILE/runs"], "is a file, not a folder"),
     "out a file": (["--out", "FILE"], "is a file, not a folder"),
-    "out is runs": (["--out", "RUNS"], "is or holds --runs"),
-    "out holds new runs": (["--runs", "NEW/runs", "--out", "NEW"], "is or holds --runs"),
+    "out is runs": (["--out", "RUNS"], "is or holds the input"),
+    "out holds new runs": (["--runs", "NEW/runs", "--out", "NEW"], "is or holds the input"),
     "out holds existing runs": (["--runs", "USER/runs", "--out", "USER", "--force"], "is or holds"),
     "out not ours": (["--out", "USER"], "pass --force"),
 }

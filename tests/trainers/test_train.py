@@ -299,3 +299,50 @@ def test_every_checkpoint_carries_the_metrics_of_its_own_epoch(tmp_path):
             ck = load_checkpoint(path)
             expected = {k: v for k, v in by_epoch[ck["epoch"]].items() if k not in ("epoch", "step")}
             assert ck["metrics"] == pytest.approx(expected), path
+
+
+def test_run_folder_refusals_carry_the_refused_path_and_the_reason_apart_from_the_fix(tmp_path):
+    """Every refusal of `check_run_dir` is a `RunDirRefused` whose message is ``[--out ]SUBJECT REASON; FIX``
+    and whose ``subject`` / ``reason`` the sweep pipelines show without the trainer's fix (its flags)."""
+    from trainers.train import RunDirRefused, check_run_dir
+
+    cfg = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0})
+    run = tmp_path / "run"
+    train(cfg, run, log=quiet)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{")
+    cases = [  # (folder, refused subject, reason)
+        (tmp_path / "file", tmp_path / "file", "is a file, not a run folder"),
+        (tmp_path / "foreign", tmp_path / "foreign", "holds files that are not this run's (notes.txt)"),
+        (tmp_path / "broken", tmp_path / "broken" / "config.json", "is not valid JSON"),
+    ]
+    for folder, subject, reason in cases:
+        with pytest.raises(RunDirRefused) as e:
+            check_run_dir(cfg, folder, force=False)
+        assert (e.value.subject, e.value.reason) == (subject, reason)
+        assert re.fullmatch(rf"(--out )?{re.escape(str(subject))} {re.escape(reason)}; .+", str(e.value))
+    other = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0, "seed": 8})
+    with pytest.raises(RunDirRefused, match=r"a run with a different config: seed \(7 -> 8\)") as e:
+        check_run_dir(other, run, force=False)
+    assert e.value.subject == run and e.value.reason.startswith("holds a run with a different config")
+
+
+def test_a_last_pt_that_does_not_load_is_refused_with_the_trainer_s_fix(tmp_path):
+    """A torn or foreign last.pt: the trainer's way out (--force, another --out), not the loader's advice to
+    "pass the .pt file of a run", which is no option of a training command; nothing is changed."""
+    from trainers.train import RunDirRefused
+
+    cfg = tiny_config(**{"optim.epochs": 1, "model.dropout": 0.0})
+    run = tmp_path / "run"
+    train(cfg, run, log=quiet)
+    (run / "last.pt").write_bytes(b"PK\x03\x04 torn")
+    before = snapshot(run)
+    with pytest.raises(RunDirRefused, match=r"last.pt does not load as a pe-probe checkpoint.*--force") as e:
+        train(cfg, run, log=quiet)
+    assert "pass the .pt file" not in str(e.value) and e.value.subject == run / "last.pt"
+    assert snapshot(run) == before
+    train(cfg, run, log=quiet, force=True)
+    assert load_checkpoint(run / "last.pt")["epoch"] == 1
