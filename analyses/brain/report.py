@@ -21,14 +21,14 @@ import pandas as pd
 from scipy.spatial.distance import pdist, squareform
 from scipy.stats import rankdata, spearmanr
 
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, add_scale_arguments,
-                                   analyse_sweep, at_chance_criteria, check_runs, check_trained, chance_summary,
-                                   claim_levels, compare, conditions, deterministic_labels, fmt, layer_levels,
-                                   layer_section, level_criteria, markdown_table, n_clipped, regenerate_lines,
-                                   resolve_scale, run_sweep, same_direction, sigma_figure, summarise, t_value,
-                                   table_provenance, verdict_level, write_json, write_layers)
+                                   analyse_sweep, at_chance_criteria, chance_summary, claim_levels, compare,
+                                   conditions, deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
+                                   markdown_table, n_clipped, regenerate_lines, report_main, run_sweep, same_direction,
+                                   sigma_figure, summarise, t_value, table_provenance, verdict_level, write_json,
+                                   write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -98,19 +98,7 @@ def parser() -> OneLineArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Check every input (one-line errors, exit 2, nothing written), train the sweep, write the report."""
-    p = parser()
-    args = p.parse_args(argv)
-    plan = resolve_scale(p, args, SCALES, ROOT)
-    scale = plan.scale
-    conds = conditions(SIGMAS, FIXED)
-    check_runs(p, "brain", plan.runs, conds, list(scale.seeds), scale.preset)
-    check_trained(p, args, "brain", plan.runs, conds, list(scale.seeds), scale.preset)
-    try:
-        build(plan, conds, args.workers, args.force)
-    except InputError as e:  # e.g. no HCP data: before anything is trained or written
-        p.error(first_line(e))
-    print(f"wrote {plan.out / 'README.md'}")
-    return 0
+    return report_main(parser(), argv, "brain", SCALES, ROOT, conditions(SIGMAS, FIXED), build)
 
 
 def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:

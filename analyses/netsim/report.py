@@ -19,13 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, add_scale_arguments, analyse_sweep,
-                                   at_chance_criteria, check_runs, check_trained, claim_levels, conditions,
-                                   deterministic_labels, layer_levels, layer_section, level_criteria, markdown_table,
-                                   n_clipped, regenerate_lines, resolve_scale, run_sweep, sigma_figure, summarise,
-                                   t_value, write_json, write_layers)
+                                   at_chance_criteria, claim_levels, conditions, deterministic_labels, layer_levels,
+                                   layer_section, level_criteria, markdown_table, n_clipped, regenerate_lines,
+                                   report_main, run_sweep, sigma_figure, summarise, t_value, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -136,19 +135,7 @@ def parser() -> OneLineArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Check every input (one-line errors, exit 2, nothing written), train the sweep, write the report."""
-    p = parser()
-    args = p.parse_args(argv)
-    plan = resolve_scale(p, args, SCALES, ROOT)
-    scale = plan.scale
-    conds = conditions(SIGMAS, FIXED)
-    check_runs(p, "netsim", plan.runs, conds, list(scale.seeds), scale.preset)
-    check_trained(p, args, "netsim", plan.runs, conds, list(scale.seeds), scale.preset)
-    try:
-        build(plan, conds, args.workers, args.force)
-    except InputError as e:
-        p.error(first_line(e))
-    print(f"wrote {plan.out / 'README.md'}")
-    return 0
+    return report_main(parser(), argv, "netsim", SCALES, ROOT, conditions(SIGMAS, FIXED), build)
 
 
 def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:

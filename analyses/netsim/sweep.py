@@ -167,6 +167,26 @@ def check_trained(p: Any, args: Any, task: str, runs: Path, conds: list[dict[str
                 f"(first: {missing[0].name}); run without --no-train to train them, or pass the --runs that holds them")
 
 
+def report_main(p: Any, argv: list[str] | None, task: str, scales: dict[str, Scale], root: Path,
+                conds: list[dict[str, Any]], build: Callable[[Plan, list[dict[str, Any]], int, bool], None]) -> int:
+    """A report's command (netsim, brain): parse ``argv`` with ``p``, check every input (one-line usage errors,
+    exit 2, nothing written), then ``build(plan, conds, workers, force)`` trains the sweep and writes the
+    report; an `InputError` it raises before writing (e.g. no HCP data) is a usage error too."""
+    from pe_probe.errors import InputError, first_line
+
+    args = p.parse_args(argv)
+    plan = resolve_scale(p, args, scales, root)
+    seeds = list(plan.scale.seeds)
+    check_runs(p, task, plan.runs, conds, seeds, plan.scale.preset)
+    check_trained(p, args, task, plan.runs, conds, seeds, plan.scale.preset)
+    try:
+        build(plan, conds, args.workers, args.force)
+    except InputError as e:
+        p.error(first_line(e))
+    print(f"wrote {plan.out / 'README.md'}")
+    return 0
+
+
 def untrained_runs(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> list[Path]:
     """The sweep's run folders without a finished last.pt (one at the epoch its config trains to; a missing,
     torn or foreign last.pt is not finished: `analyses.lst.runner.last_epoch`)."""
