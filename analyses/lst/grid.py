@@ -177,11 +177,13 @@ def check_counts(sig: tuple[float, ...], seeds: int | None, sigma_seeds: int | N
 def _build(preset: str, base: dict[str, Any], sig: tuple[float, ...], n_seeds: int, n_type: int, n_ctrl: int,
            include: tuple[str, ...]) -> list[RunSpec]:
     specs: list[RunSpec] = []
+    # the sin2d reference serves the sigma grid and the PE-type group: as many seeds as the included one needs
+    n_ref = max(n_seeds if "sigma" in include else 0, n_type if "pe_type" in include else 0)
     for seed in range(max(n_seeds, n_type, n_ctrl)):
         # priority within a seed: the sigma grid (+ the sin2d reference), then controls, then PE types
         if seed < n_seeds and "sigma" in include:
             specs += [learned(s, seed, preset, base) for s in sig]
-        if seed < max(n_seeds, n_type) and ("sigma" in include or "pe_type" in include):
+        if seed < n_ref:
             specs.append(pe_type(REFERENCE_PE, seed, preset, base))
         if seed < n_ctrl:
             for s in CONTROL_SIGMAS:
