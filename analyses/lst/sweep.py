@@ -179,6 +179,11 @@ def merged_grid(path: Path, preset: str, argv: list[str], grid: list[RunSpec]) -
     return {"preset": ",".join(presets), "argv": argv, "calls": calls, "runs": runs + [s.to_dict() for s in grid]}
 
 
+def ray_installed() -> bool:
+    """Whether Ray can be imported here (the `ray` extra); checked before a --backend ray sweep plans anything."""
+    return importlib.util.find_spec("ray") is not None
+
+
 def check_options(args: argparse.Namespace) -> None:
     """The options `build_grid` does not see: workers, backend and its options, ``--root`` and ``--state-dir``
     (made later: a file there, or an unknown URL, is refused now). Raises a one-line `InputError`."""
@@ -200,7 +205,7 @@ def check_options(args: argparse.Namespace) -> None:
          f"--cpus-per-run must be a finite number > 0, got {args.cpus_per_run}"),
         (args.gpus_per_run is not None and not (math.isfinite(args.gpus_per_run) and args.gpus_per_run >= 0),
          f"--gpus-per-run must be a finite number >= 0, got {args.gpus_per_run}"),
-        (args.backend == "ray" and importlib.util.find_spec("ray") is None,
+        (args.backend == "ray" and not ray_installed(),
          "--backend ray needs Ray, which is not installed here: pip install -e \".[ray]\", or use --backend local "
          "or ensemble"),
     ]

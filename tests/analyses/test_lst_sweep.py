@@ -310,7 +310,7 @@ def test_a_set_of_a_key_the_selected_groups_leave_alone_is_accepted(tmp_path, ca
     assert "error" not in capsys.readouterr().err
 
 
-def test_dry_run_writes_nothing(tmp_path, capsys):
+def test_dry_run_writes_nothing(tmp_path, capsys, as_if_ray_installed):
     """--dry-run prints the plan (the runs and their state) and leaves ROOT as it was: no grid.json, no sweep.log."""
     argv = ["--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "3", "--groups", "sigma", "--dry-run"]
     fresh = tmp_path / "fresh"
@@ -340,7 +340,7 @@ def test_keys_without_a_cli_flag_are_fine_for_the_in_process_backends(tmp_path):
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
-def test_a_cuda_sweep_without_a_gpu_is_refused_unless_ray_workers_train_it(tmp_path, capsys):
+def test_a_cuda_sweep_without_a_gpu_is_refused_unless_ray_workers_train_it(tmp_path, capsys, as_if_ray_installed):
     with pytest.raises(SystemExit):
         S.main(["--root", str(tmp_path / "s"), "--set", "device=cuda"])
     assert "no CUDA device is available here" in capsys.readouterr().err
