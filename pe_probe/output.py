@@ -31,7 +31,9 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     one above it, a folder not written by pe-probe (unless ``force``), or one that is or holds one of
     ``inputs`` (paths the command reads; replacing the folder would delete them, --force or not).
     ``created_inputs`` are inputs the command itself creates before reading them (a sweep's run folders):
-    ``out`` may not be or hold them even while they do not exist yet."""
+    ``out`` may not be or hold them even while they do not exist yet. A file input inside a run or model
+    folder (`owning_folder`: RUN/last.pt, RUN/checkpoints/step-N.pt, MODEL/model.safetensors) makes that
+    folder an input folder too: its other parts (RUN/checkpoints) are not replaced, --force or not."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
@@ -47,9 +49,11 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
         if path.resolve() == resolved or resolved in path.resolve().parents:
             raise InputError(f"--out {out} is or holds the input {item}, which writing the report there would delete; "
                              f"name a folder outside it, e.g. --out {resolved.parent / (resolved.name + '-report')}")
-        if path.is_dir() and path.resolve() in resolved.parents and _foreign(out):
-            raise InputError(f"--out {out} is a folder inside the input {item} (part of it, e.g. a run), which writing "
-                             f"the report there would delete, --force or not; name a new folder or one outside {item}")
+        folder = path if path.is_dir() else owning_folder(path)
+        if folder is not None and folder.resolve() in resolved.parents and _foreign(out):
+            whose = f"the input {item}" if folder == path else f"{folder}, the folder of the input {item}"
+            raise InputError(f"--out {out} is a folder inside {whose} (part of it, e.g. a run), which writing the "
+                             f"report there would delete, --force or not; name a new folder or one outside {folder}")
     if _foreign(out) and not force:
         raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
     # the nearest existing ancestor must be a folder we can write into (checked before any work)
@@ -128,6 +132,18 @@ def _alive(pid: int) -> bool:
     except OSError:  # exists, owned by someone else
         return True
     return True
+
+
+RUN_OR_MODEL_FILES = ("last.pt", "checkpoints", "config.json")  # a training run's or a model folder's own parts
+
+
+def owning_folder(file: Path) -> Path | None:
+    """The run or model folder a file belongs to: the file's folder, or the one above it (RUN/checkpoints/
+    step-N.pt), that holds last.pt, checkpoints/ or config.json; None for a file on its own."""
+    for folder in (file.parent, file.parent.parent):
+        if any((folder / name).exists() for name in RUN_OR_MODEL_FILES):
+            return folder
+    return None
 
 
 def _foreign(out: Path) -> bool:

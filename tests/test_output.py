@@ -66,3 +66,26 @@ def test_out_may_not_be_or_hold_an_input_the_command_creates_later(tmp_path):
         check_out_dir(out, inputs=[runs])  # an input that does not exist cannot be deleted
     check_out_dir(tmp_path / "report", created_inputs=[runs])  # beside it: fine
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("source,out", [
+    ("run/last.pt", "run/checkpoints"),  # a run's step checkpoints beside the analysed last.pt
+    ("run/checkpoints/step-2.pt", "run/notes"),  # a step checkpoint: its run is the input's folder
+    ("model/model.safetensors", "model/onnx"),  # a model folder's other parts
+])
+def test_out_inside_the_run_or_model_folder_of_an_input_file_is_refused_force_or_not(tmp_path, source, out):
+    """QA: `pe-probe analyze RUN/last.pt --out RUN/checkpoints --force` replaced the run's step checkpoints."""
+    for name, text in {"run/last.pt": "w", "run/config.json": "{}", "run/checkpoints/step-2.pt": "w",
+                       "run/notes/mine.txt": "x", "model/config.json": "{}", "model/model.safetensors": "w",
+                       "model/onnx/model.onnx": "w"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    for force in (False, True):
+        with pytest.raises(InputError, match=r"the folder of the input .* --force or not"):
+            check_out_dir(tmp_path / out, force=force, inputs=[tmp_path / source])
+    check_out_dir(tmp_path / source.split("/")[0] / "report", inputs=[tmp_path / source])  # a new folder: fine
+    loose = tmp_path / "loose"
+    (loose / "old").mkdir(parents=True)
+    (loose / "old" / "x.txt").write_text("x")
+    (loose / "table.npy").write_bytes(b"")
+    check_out_dir(loose / "old", force=True, inputs=[loose / "table.npy"])  # a file on its own: --force replaces
