@@ -52,6 +52,7 @@ def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
 
 MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
+MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
 
 
 def auto_n_null(n_pairs: int) -> int:
@@ -119,13 +120,14 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     n_boot = check_positive_int(n_boot, "n_boot", maximum=MAX_BOOTSTRAP)
     seed = check_positive_int(seed, "seed", maximum=2**63 - 1)
     if n_null is not None:
-        n_null = check_positive_int(n_null, "n_null", maximum=1000)
+        n_null = check_positive_int(n_null, "n_null", maximum=MAX_NULL_TABLES)
     n, d = P.shape
     k = G.shape[1]
     if neighbours is not None:
         neighbours = check_positive_int(neighbours, "neighbours", 1)
         if neighbours >= n - 1:
-            raise InputError(f"neighbours must be < N - 1 = {n - 1}, got {neighbours}")
+            raise InputError(f"neighbours (--neighbours) must be < N - 1 = {n - 1} for this table of {n} positions, "
+                             f"got {neighbours}; choose a smaller k")
     ss = np.random.SeedSequence(seed)
     rng_mantel, rng_boot, rng_protest, rng_null, rng_probe = (np.random.default_rng(s) for s in ss.spawn(5))
     stage = _Stages(progress)

@@ -51,6 +51,24 @@ def _nonneg_int(text: str) -> int:
     return v
 
 
+def _count(limit: str | None = None, minimum: int = 0):
+    """An argparse type: a whole number >= ``minimum`` and, with ``limit``, <= that constant of
+    `pe_probe.analysis` (checked here so that the error names the flag, not the API argument)."""
+    def parse(text: str) -> int:
+        v = _nonneg_int(text)
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {v}")
+        if limit is not None:
+            from . import analysis
+
+            top = getattr(analysis, limit)
+            if v > top:
+                raise argparse.ArgumentTypeError(f"expected a number <= {top:,}, got {v:,}")
+        return v
+
+    return parse
+
+
 def _folder(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; name a folder, e.g. --out out/report")
@@ -94,13 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
                    help="recovery methods, comma-separated from pca,cmds,smacof,umap (default: %(default)s; "
                    "umap compiles for ~15 s on first use)")
-    a.add_argument("--n-perm", type=_nonneg_int, default=1000, metavar="N",
+    a.add_argument("--n-perm", type=_count("MAX_PERMUTATIONS"), default=1000, metavar="N",
                    help="permutations for Mantel/PROTEST p-values (default: %(default)s; 0 skips)")
-    a.add_argument("--n-boot", type=_nonneg_int, default=1000, metavar="N",
+    a.add_argument("--n-boot", type=_count("MAX_BOOTSTRAP"), default=1000, metavar="N",
                    help="bootstrap resamples of positions for the RSA 95%% CI (default: %(default)s; 0 skips)")
-    a.add_argument("--n-null", type=_nonneg_int, metavar="N", help="random tables for the chance level "
+    a.add_argument("--n-null", type=_count("MAX_NULL_TABLES"), metavar="N", help="random tables for the chance level "
                    "(default: 20, fewer for N > 1000)")
-    a.add_argument("--neighbours", type=int, metavar="K", help="k for trustworthiness/kNN overlap "
+    a.add_argument("--neighbours", type=_count(minimum=1), metavar="K", help="k for trustworthiness/kNN overlap "
                    "(default: min(5, N//2 - 1))")
     a.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
     a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
@@ -133,9 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distance between PE rows (default: %(default)s)")
     c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
                    help="recovery methods, comma-separated: pca, cmds, smacof, umap (default: %(default)s)")
-    c.add_argument("--n-perm", type=_nonneg_int, default=200, metavar="N",
+    c.add_argument("--n-perm", type=_count("MAX_PERMUTATIONS"), default=200, metavar="N",
                    help="Mantel / PROTEST permutations per source (default: %(default)s)")
-    c.add_argument("--n-boot", type=_nonneg_int, default=200, metavar="N",
+    c.add_argument("--n-boot", type=_count("MAX_BOOTSTRAP"), default=200, metavar="N",
                    help="bootstrap resamples for the RSA CI per source (default: %(default)s)")
     c.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
     c.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
@@ -149,7 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
                        ("evaluate", "accuracy per difficulty level (or MSE) of a checkpoint on a data file"),
                        ("demo", "train a small-sigma and a large-sigma model and report the contrast")):
         sub.add_parser(name, help=text, add_help=False)
+    p.command_parsers = {"analyze": a, "compare": c}  # type: ignore[attr-defined]  # errors that name the command
     return p
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, except that an unrecognised option is reported by the command's own parser
+    (``pe-probe analyze: error: ... (see pe-probe analyze --help)``), not by ``pe-probe``'s, whose help does
+    not list it."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(parser, "command_parsers", {}).get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def _version() -> str:
@@ -317,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return int({"train": tcli.train_main, "evaluate": tcli.evaluate_main, "demo": tcli.demo_main}[argv[0]](argv[1:]) or 0)
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse_command_line(parser, argv)
         if args.command is None:
             parser.print_help()
             return 0

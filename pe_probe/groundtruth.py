@@ -133,12 +133,24 @@ def ground_truth_from_checkpoint(gt: dict[str, Any]) -> GroundTruth:
     return GroundTruth(coords, "checkpoint", kind, shape_t)
 
 
+NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy.lib.format)
+
+
 def load_npy(path: str | os.PathLike, what: str = "file") -> np.ndarray:
     """``np.load`` of a plain numeric ``.npy`` (never pickle); an unreadable file is an InputError."""
     try:
+        with open(path, "rb") as f:
+            magic = f.read(len(NPY_MAGIC))
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
+    if magic != NPY_MAGIC:  # np.load would take it for a pickle and suggest loading it unsafely
+        what_it_is = "not a readable .npy file (empty)" if not magic else "not a .npy file (no NumPy header)"
+        raise InputError(f"{path}: {what_it_is}; save the {what} with np.save")
+    try:
         return np.load(path, allow_pickle=False)
-    except ValueError as e:  # object arrays need pickle, which we never allow; short data
-        raise InputError(f"{path}: not a plain numeric .npy array ({first_line(e)}); save the {what} with np.save") from None
+    except ValueError:  # an object array (pickle, which we never load) or a malformed header
+        raise InputError(f"{path}: not a plain numeric .npy array (Python objects, which pe-probe never unpickles, or "
+                         f"a malformed header); save the {what} as numbers with np.save") from None
     except (EOFError, OSError) as e:
         raise InputError(f"{path}: not a readable .npy file (empty or truncated: {first_line(e)}); "
                          f"save the {what} with np.save") from None

@@ -283,7 +283,7 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
         meta["config"] = _sibling_config(path)
         return _from_torch_object(_torch_load(path), path, meta)
     raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .pt/.pth/.bin, .safetensors, "
-                     f".npy, .npz, .csv or a Hugging Face model folder")
+                     f".npy, .npz, .csv, .txt or a Hugging Face model folder")
 
 
 def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:

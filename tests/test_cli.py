@@ -237,6 +237,18 @@ def test_no_reflection_is_refused_with_the_reason(sin_npy, capsys):
     assert_input_error(code, err, "--no-reflection", "arbitrary")
 
 
+@pytest.mark.parametrize("argv,prog,unknown", [
+    (["analyze", "t.npy", "--ground-truht", "grid:4x4"], "pe-probe analyze", "--ground-truht grid:4x4"),
+    (["compare", "a", "b", "--out", "o", "--bye", "x"], "pe-probe compare", "--bye x"),
+    (["--bogus"], "pe-probe", "--bogus"),
+])
+def test_a_misspelled_option_points_to_the_command_s_own_help(argv, prog, unknown, capsys):
+    """QA: `pe-probe analyze ... --ground-truht` said `pe-probe: error ... (see pe-probe --help)`, whose help
+    does not list analyze's options; train and evaluate already named themselves."""
+    code, _, err = run(argv, capsys)
+    assert code == 2 and err == f"{prog}: error: unrecognized arguments: {unknown} (see {prog} --help)\n"
+
+
 def test_console_script_bad_input_has_no_traceback(tmp_path):
     exe = Path(sys.executable).parent / "pe-probe"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pe_probe.cli"]

@@ -35,6 +35,7 @@ def _corrupt_files(tmp_path):
     np.savez(tmp_path / "ok.npz", t=np.ones((16, 4)))
     (tmp_path / "trunc.npz").write_bytes((tmp_path / "ok.npz").read_bytes()[:60])
     (tmp_path / "bin.csv").write_bytes(bytes(range(128, 256)) * 3)
+    (tmp_path / "text.npy").write_bytes(b"not npy")  # numpy takes it for a pickle and suggests loading it unsafely
     return tmp_path
 
 
@@ -42,10 +43,12 @@ def _corrupt_files(tmp_path):
     ("text.pt", "not a readable torch file"), ("empty.npy", "not a readable .npy"),
     ("trunc.npy", ".npy"), ("obj.npy", "not a plain numeric .npy"), ("empty.npz", "not a readable .npz"),
     ("trunc.npz", "not a readable .npz"), ("bin.csv", "not a text file"),
+    ("text.npy", "not a .npy file (no NumPy header)"),
 ])
 def test_corrupt_tables_ground_truths_and_references(tmp_path, capsys, name, needle):
     d = _corrupt_files(tmp_path)
-    refuse(["analyze", d / name, "-g", "line:16", *FAST], capsys, needle)
+    err = refuse(["analyze", d / name, "-g", "line:16", *FAST], capsys, needle)
+    assert "allow_pickle" not in err and "pickle.load" not in err  # never advice to load a file unsafely
     if name.endswith((".npy", ".csv")):  # the same readers serve --ground-truth and --reference
         refuse(["analyze", d / "ok.npy", "-g", d / name, *FAST], capsys, needle)
         refuse(["analyze", d / "ok.npy", "-g", "line:16", "--reference", d / name, *FAST], capsys, needle)
@@ -63,8 +66,11 @@ def test_hugging_face_shard_index_is_checked(tmp_path, capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["-g", "line:99999999999999999999"], "more than 1,000,000 positions"),
     (["-g", "grid:100000x100000"], "more than 1,000,000 positions"),
-    (["-g", "line:16", "--n-perm", "99999999999999999999"], "n_perm must be <= 1,000,000"),
-    (["-g", "line:16", "--n-boot", "99999999999999999999"], "n_boot must be <= 100,000"),
+    (["-g", "line:16", "--n-perm", "99999999999999999999"], "argument --n-perm: expected a number <= 1,000,000"),
+    (["-g", "line:16", "--n-boot", "99999999999999999999"], "argument --n-boot: expected a number <= 100,000"),
+    (["-g", "line:16", "--n-null", "1001"], "argument --n-null: expected a number <= 1,000, got 1,001"),
+    (["-g", "line:16", "--neighbours", "0"], "argument --neighbours: expected a number >= 1, got 0"),
+    (["-g", "line:16", "--neighbours", "15"], "neighbours (--neighbours) must be < N - 1 = 15 for this table"),
     (["-g", "line:16", "--seed", "-1"], "expected a number >= 0"),
     (["-g", "line:16", "--attention-reference", "x.pt"], "--view attention only"),
     (["-g", "line:16", "--drop-extra-tokens", "16"], "--drop-extra-tokens 16 must be"),
