@@ -58,7 +58,8 @@ def _speed_flags(g, applies_to: str) -> None:
                    "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
     g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
                    "mode reduce-overhead): each step replays as one graph launch instead of hundreds of small kernel "
-                   "launches, which dominate a small model's step on a GPU; not measured yet (no GPU here); off by default")
+                   "launches, which dominate a small model's step on a GPU (one H200, d_model 160: a single model "
+                   "2.44x the naive loop, bf16 3.17x; README, Benchmarks); off by default")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the training step: on a GPU, or on a CPU with "
                    "native bf16 (AVX512-BF16/AMX; LayerNorm, softmax, the loss and the optimizer stay float32; "
                    "evaluation runs in float32); off by default")
@@ -447,7 +448,7 @@ def evaluate_main(argv: list[str]) -> int:
     if "acc" not in m:  # netsim / brain: MSE over masked tokens per split
         print(f"{'metric':<20}{'mse':>10}{'zero':>10}{'windows':>9}")
         for key in sorted(k for k in m if "_mse" in k and not k.endswith(("_zero", "_n"))):
-            print(f"{key:<20}{m[key]:>10.4f}{m.get(key + '_zero', float('nan')):>10.4f}{int(m.get(key + '_n', 0)):>9}")
+            print(f"{key:<20}{m[key]:>10.4f}{m.get(key + '_zero', float('nan')):>10.4f}{m.get(key + '_n', 0):>9}")
         print("(mse over masked tokens; zero = the mse of predicting 0)")
         return 0
     print(f"{'level':<12}{'accuracy':>10}")
@@ -455,7 +456,7 @@ def evaluate_main(argv: list[str]) -> int:
         key = f"acc_{name.lower()}"
         if key in m:
             print(f"{name:<12}{m[key]:>10.3f}")
-    print(f"{'all':<12}{m['acc']:>10.3f}   ({int(m['n'])} puzzles, loss {m['loss']:.4f})")
+    print(f"{'all':<12}{m['acc']:>10.3f}   ({m['n']} puzzles, loss {m['loss']:.4f})")
     return 0
 
 

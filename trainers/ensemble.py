@@ -58,6 +58,7 @@ from torch.func import functional_call, vmap
 
 from pe_probe.errors import InputError
 from trainers.config import TrainConfig, validate
+from trainers.console import print_line
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
 from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
@@ -492,7 +493,7 @@ def train_ensemble(
         raise InputError("train_ensemble: two members share a run folder; give each its own")
     if max_group is not None and max_group < 1:
         raise InputError(f"--ensemble-max must be >= 1, got {max_group}")
-    log = log or (lambda s: print(s, flush=True))
+    log = log or print_line
     results: list[dict[str, float] | None] = [None] * len(cfgs)
     gt = ground_truth(cfgs[0].task)
     for cfg in cfgs:

@@ -178,7 +178,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cp
 
 def evaluate_checkpoint(
     path: str | os.PathLike, puzzles: str | os.PathLike | None = None, device: str = "cpu"
-) -> dict[str, float]:
+) -> dict[str, float | int]:
     """Accuracy overall and per level (keys ``acc``, ``acc_binary``, ..., ``loss``, ``n``).
 
     netsim / brain checkpoints: MSE per split instead (``test_mse``, ``ood_mse``, ...; see
@@ -205,5 +205,5 @@ def evaluate_checkpoint(
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     m = split_metrics(model, encode_split(ps, dev), "x")
     out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix
-    out["n"] = float(len(ps))
+    out["n"] = len(ps)  # a count: an integer in --json
     return out

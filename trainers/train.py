@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from pe_probe.errors import InputError
 from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
+from trainers.console import print_line
 from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics, tf32_matmuls
 from trainers.memory import keep_freed_memory
 from trainers.model import PETransformer
@@ -433,7 +434,7 @@ def train(
 
     validate(cfg)
     out = Path(out_dir)
-    log = log or (lambda s: print(s, flush=True))
+    log = log or print_line
     device = resolve_device(cfg.device)
     if device.type == "cpu":
         keep_freed_memory()  # malloc keeps freed activation memory mapped: no page faults every step

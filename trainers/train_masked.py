@@ -25,6 +25,7 @@ import torch
 from pe_probe.errors import InputError
 from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, validate_masked
+from trainers.console import print_line
 from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
@@ -156,7 +157,7 @@ def train_masked(
 
     validate_masked(cfg)
     out = Path(out_dir)
-    log = log or (lambda s: print(s, flush=True))
+    log = log or print_line
     device = resolve_device(cfg.device)
     if device.type == "cpu":
         keep_freed_memory()  # malloc keeps freed activation memory mapped: no page faults every step
@@ -226,7 +227,7 @@ def train_masked(
     return metrics
 
 
-def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict[str, float]:
+def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict[str, float | int]:
     """MSE of a netsim / brain checkpoint on every split of its own (regenerated) data."""
     from trainers.evaluate import rebuilding_model, resolve_device
 
@@ -244,5 +245,5 @@ def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> 
     splits = build_splits(cfg, data, dev)
     out = all_metrics(model, splits)
     for name, s in splits.items():
-        out[f"{metric_key(name)}_n"] = float(len(s))
+        out[f"{metric_key(name)}_n"] = len(s)  # a count: an integer in --json
     return out

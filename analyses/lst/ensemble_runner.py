@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from analyses.lst.grid import RunSpec
 from analyses.lst.runner import Runner, RunResult, is_finished, write_spec
+from trainers.console import print_line
 
 if TYPE_CHECKING:
     from trainers.train import SpeedOptions
@@ -33,7 +34,7 @@ class EnsembleRunner(Runner):
         from trainers.train import SpeedOptions
 
         self.workers, self.speed, self.max_group = workers, speed or SpeedOptions(), max_group
-        self.log = log or (lambda s: print(s, flush=True))
+        self.log = log or print_line
         self._queue: list[tuple[RunSpec, Path]] = []
 
     def submit(self, spec: RunSpec, out_dir: str | os.PathLike) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analyses.lst.runner import RunResult, Runner, write_spec
+from trainers.console import print_line
 
 SKIPPED_RC = 0  # a run found finished at submission is reported as done (returncode 0, 0 seconds)
 FAILED_RC = 1
@@ -298,7 +299,7 @@ class RayRunner(Runner):
         self.stage, self.progress, self.train_fn, self.poll_s = stage, progress, train_fn, poll_s
         # the options that are on, as train_run keywords (none: train_fn is called as before)
         self.speed = {k: v for k, v in speed.kwargs().items() if v} if speed is not None else {}
-        self.log = log or (lambda s: print(s, flush=True))
+        self.log = log or print_line
         self._owns_ray = False
         self._remote = None
         self._pending: dict[Any, tuple[Any, str, int, float]] = {}  # ref -> (spec, out, attempt, t_submit)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from analyses.lst.grid import RunSpec
+from trainers.console import print_line
 
 if TYPE_CHECKING:
     from trainers.train import SpeedOptions
@@ -89,7 +90,7 @@ class LocalRunner(Runner):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
-        self.log = log or (lambda s: print(s, flush=True))
+        self.log = log or print_line
         self.poll_s = poll_s
         self.speed_args = speed.cli_args() if speed is not None else []
         self._queue: list[tuple[RunSpec, Path]] = []
