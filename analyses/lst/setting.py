@@ -191,3 +191,9 @@ def control_optimisers(root: Path, runs: pd.DataFrame) -> list[str]:
         origin = f" ({SGD_LR_ORIGIN})" if sgd else ""
         out.append(f"{control} controls: {', '.join(parts)}{origin}")
     return out
+
+
+def seconds(x: float) -> str:
+    """A run's training time for the Setting: whole seconds, one decimal under 10 s (a tiny sweep's runs train
+    in under a second, which whole seconds would print as 0)."""
+    return f"{x:.1f}" if x < 10 else f"{x:.0f}"

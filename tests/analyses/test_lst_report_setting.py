@@ -202,3 +202,14 @@ def test_model_line_reads_the_controls_optimisers_from_their_configs(tmp_path):
     assert "sgd controls: SGD lr 0.03, momentum 0.8 (lr chosen by an 8-epoch pilot" in line
     assert "wd0.1 controls: AdamW lr 0.0001, weight decay 0.25" in line and "momentum 0.9" not in line
     assert "control" not in model_line(tmp_path, runs[runs.group == "sigma"])  # no controls ran: none named
+
+
+def test_seed_count_and_sub_second_training_times_read_as_such(tmp_path):
+    """QA: a one-seed sweep read "σ-grid seeds: 0" (the seed's id, taken for a count) and its runs' 0.4 s of
+    training "median 0 s"."""
+    frames = _frames()
+    frames["runs"]["train_seconds"] = [0.4, 0.5, 0.6, 0.5, 0.5, 0.5]
+    text = _setting(R.write_report(_sweep(tmp_path / "sweep", frames), tmp_path / "out", frames, "cmd").read_text())
+    assert "σ-grid seeds: 2 (seeds 0, 1; the study: 15)" in text
+    assert "median 0.5 s (range 0.4-0.6 s;" in text
+    assert S.seconds(107.4) == "107"
