@@ -22,9 +22,10 @@ def check_table(table, name: str = "table") -> np.ndarray:
     if arr.ndim != 2:
         raise InputError(f"{name}: expected a 2-D (positions x dims) table, got shape {tuple(arr.shape)}; pick one layer (--layer) or reshape to (N, d)")
     if arr.shape[0] < MIN_POSITIONS:
-        raise InputError(f"{name}: needs at least {MIN_POSITIONS} positions (rows), got {arr.shape[0]}")
+        raise InputError(f"{name}: needs at least {MIN_POSITIONS} positions (rows), got {arr.shape[0]}; pass a table with "
+                         f"one row per position (check --positions / --param)")
     if arr.shape[1] < 1:
-        raise InputError(f"{name}: has no columns (shape {tuple(arr.shape)})")
+        raise InputError(f"{name}: has no columns (shape {tuple(arr.shape)}); pass a (positions x dims) table")
     bad = ~np.isfinite(arr)
     if bad.any():
         r, c = np.argwhere(bad)[0]

@@ -284,6 +284,13 @@ def test_bad_input_raises_input_error(case):
         pe_probe.analyze(table, gt, **kwargs)
 
 
+def test_too_few_positions_or_no_columns_name_the_fix():
+    with pytest.raises(InputError, match=r"needs at least 4 positions \(rows\), got 3; .*check --positions"):
+        pe_probe.analyze(np.zeros((3, 2)), "line:3")
+    with pytest.raises(InputError, match=r"has no columns .*; pass a \(positions x dims\) table"):
+        pe_probe.analyze(np.zeros((16, 0)), "line:16")
+
+
 def test_tables_too_large_for_memory_are_refused_before_any_square_matrix():
     from pe_probe.validation import SQUARE_ARRAYS, check_fits_in_memory
 
