@@ -33,8 +33,12 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     ``created_inputs`` are inputs the command itself creates before reading them (a sweep's run folders):
     ``out`` may not be or hold them even while they do not exist yet. A file input inside a run or model
     folder (`owning_folder`: RUN/last.pt, RUN/checkpoints/step-N.pt, MODEL/model.safetensors) makes that
-    folder an input folder too: its other parts (RUN/checkpoints) are not replaced, --force or not."""
+    folder an input folder too: its other parts (RUN/checkpoints) are not replaced, --force or not. Inputs
+    are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
+    ``..`` in it is checked, and returned, as the folder it names."""
     out = Path(out)
+    if ".." in out.parts:  # RUN/x/../checkpoints is RUN/checkpoints, whether or not RUN/x exists
+        out = out.resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
     resolved = out.resolve()
@@ -46,12 +50,13 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
         path = Path(item) if isinstance(item, (str, os.PathLike)) else None  # specs such as grid:4x4 do not exist
         if path is None or not (path.exists() or path in created):
             continue
-        if path.resolve() == resolved or resolved in path.resolve().parents:
+        real = path.resolve()
+        if real == resolved or resolved in real.parents:
             raise InputError(f"--out {out} is or holds the input {item}, which writing the report there would delete; "
                              f"name a folder outside it, e.g. --out {resolved.parent / (resolved.name + '-report')}")
-        folder = path if path.is_dir() else owning_folder(path)
-        if folder is not None and folder.resolve() in resolved.parents and _foreign(out):
-            whose = f"the input {item}" if folder == path else f"{folder}, the folder of the input {item}"
+        folder = real if real.is_dir() or path in created else owning_folder(real)
+        if folder is not None and folder in resolved.parents and _foreign(out):
+            whose = f"the input {item}" if folder == real else f"{folder}, the folder of the input {item}"
             raise InputError(f"--out {out} is a folder inside {whose} (part of it, e.g. a run), which writing the "
                              f"report there would delete, --force or not; name a new folder or one outside {folder}")
     if _foreign(out) and not force:
@@ -134,14 +139,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-RUN_OR_MODEL_FILES = ("last.pt", "checkpoints", "config.json")  # a training run's or a model folder's own parts
+# a training run's parts (trainers.train's LAST, CONFIG_FILE, CKPT_DIR: a test keeps them equal) and the files of
+# model weights beside a config.json (a Hugging Face folder, or a checkpoint with its config)
+RUN_LAST, RUN_CONFIG, RUN_CHECKPOINTS = "last.pt", "config.json", "checkpoints"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 def owning_folder(file: Path) -> Path | None:
-    """The run or model folder a file belongs to: the file's folder, or the one above it (RUN/checkpoints/
-    step-N.pt), that holds last.pt, checkpoints/ or config.json; None for a file on its own."""
+    """The training run or model folder a file belongs to: its folder, or the one above it (RUN/checkpoints/
+    step-N.pt), when that holds last.pt, or a config.json beside checkpoints/ or weight files; None for a file
+    on its own. One level up only: parts of nested layouts (a diffusers pipeline's unet/ and vae/) are not
+    recognised as one model."""
     for folder in (file.parent, file.parent.parent):
-        if any((folder / name).exists() for name in RUN_OR_MODEL_FILES):
+        if (folder / RUN_LAST).is_file():
+            return folder
+        if (folder / RUN_CONFIG).is_file() and ((folder / RUN_CHECKPOINTS).is_dir() or any(
+                p.suffix in WEIGHT_SUFFIXES and p.is_file() for p in folder.iterdir())):
             return folder
     return None
 

@@ -66,6 +66,10 @@ def test_out_may_not_be_or_hold_an_input_the_command_creates_later(tmp_path):
         check_out_dir(out, inputs=[runs])  # an input that does not exist cannot be deleted
     check_out_dir(tmp_path / "report", created_inputs=[runs])  # beside it: fine
     assert not (tmp_path / "new").exists()
+    (tmp_path / "proj" / "out").mkdir(parents=True)  # a --runs still to be made is a folder, not a loose file:
+    (tmp_path / "proj" / "out" / "old.txt").write_text("x")  # its parent (with a config.json) is no run folder
+    (tmp_path / "proj" / "config.json").write_text("{}")
+    check_out_dir(tmp_path / "proj" / "out", force=True, created_inputs=[tmp_path / "proj" / "runs"])
 
 
 @pytest.mark.parametrize("source,out", [
@@ -89,3 +93,57 @@ def test_out_inside_the_run_or_model_folder_of_an_input_file_is_refused_force_or
     (loose / "old" / "x.txt").write_text("x")
     (loose / "table.npy").write_bytes(b"")
     check_out_dir(loose / "old", force=True, inputs=[loose / "table.npy"])  # a file on its own: --force replaces
+
+
+def _run_with_notes(root: Path) -> Path:
+    """RUN/{last.pt, config.json, checkpoints/step-2.pt, table.npy, notes/mine.txt}: a run and a user's folder in it."""
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "notes").mkdir()
+    for name in ("last.pt", "config.json", "checkpoints/step-2.pt", "table.npy", "notes/mine.txt"):
+        (run / name).write_text("x")
+    return run
+
+
+def test_inputs_are_matched_by_their_real_paths(tmp_path, monkeypatch):
+    """Review: from inside RUN/checkpoints, `analyze step-2.pt --out ../notes --force` and a symbolic link to a
+    run's file escaped the rule (the path as typed has no run folder above it)."""
+    run = _run_with_notes(tmp_path)
+    monkeypatch.chdir(run / "checkpoints")
+    with pytest.raises(InputError, match="the folder of the input step-2.pt"):
+        check_out_dir("../notes", force=True, inputs=["step-2.pt"])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "best.npy").symlink_to(run / "table.npy")
+    with pytest.raises(InputError, match="--force or not"):
+        check_out_dir(run / "checkpoints", force=True, inputs=[tmp_path / "work" / "best.npy"])
+    assert (run / "notes" / "mine.txt").exists() and (run / "checkpoints" / "step-2.pt").exists()
+
+
+def test_an_out_through_dot_dot_is_checked_as_the_folder_it_names(tmp_path):
+    """Review: `--out RUN/x/../checkpoints` (RUN/x missing) was not seen as the existing RUN/checkpoints, so the
+    run's checkpoints were replaced without --force."""
+    run = _run_with_notes(tmp_path)
+    with pytest.raises(InputError, match="--force or not"):
+        check_out_dir(run / "x" / ".." / "checkpoints", inputs=[run / "table.npy"])
+    with pytest.raises(InputError, match="pass --force"):
+        check_out_dir(tmp_path / "new" / ".." / "run" / "notes")  # a foreign folder, named through ..
+    assert check_out_dir(tmp_path / "new" / ".." / "report") == (tmp_path / "report").resolve()
+    assert not (run / "x").exists() and not (tmp_path / "new").exists()
+
+
+def test_a_loose_table_beside_a_checkpoints_folder_does_not_block_force(tmp_path):
+    """Only run and model folders protect their parts: a project folder that merely holds checkpoints/ (no
+    last.pt, no config.json) lets --force replace its results/ folder as before."""
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "pe_table.npy").write_text("x")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "old.txt").write_text("x")
+    check_out_dir(tmp_path / "results", force=True, inputs=[tmp_path / "checkpoints" / "pe_table.npy"])
+
+
+def test_run_folder_names_are_the_trainer_s():
+    from pe_probe import output
+    from trainers import train
+
+    assert (output.RUN_LAST, output.RUN_CONFIG, output.RUN_CHECKPOINTS) == (train.LAST, train.CONFIG_FILE, train.CKPT_DIR)
