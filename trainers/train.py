@@ -285,7 +285,10 @@ class RunDirRefused(InputError):
 
     def __init__(self, subject: Path, reason: str, fix: str, flag: bool = False):
         super().__init__(f"{'--out ' if flag else ''}{subject} {reason}; {fix}")
-        self.subject, self.reason = subject, reason
+        self.subject, self.reason, self.fix, self.flag = subject, reason, fix, flag
+
+    def __reduce__(self):  # raised in a worker process (a sweep's process pool), it must unpickle in the parent
+        return type(self), (self.subject, self.reason, self.fix, self.flag)
 
 
 def _read_config(out: Path) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from analyses.lst.grid import GROUPS, PRESET_SETTINGS, RunSpec, build_grid
 from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from trainers.console import print_line
 from trainers.train import SpeedOptions
 
 
@@ -316,11 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{'--state-dir' if url else '--root'} {root}: cannot make it ({e.strerror}); give another folder")
     logf = open(root / "sweep.log", "a")
 
-    def log(msg: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {msg}"
-        print(line, flush=True)
-        logf.write(line + "\n")
-        logf.flush()
+    def log(msg: str) -> None:  # called from the ensemble backend's worker threads too
+        print_line(f"{time.strftime('%H:%M:%S')} {msg}", copy_to=logf)
 
     (root / "grid.json").write_text(json.dumps(record, indent=1) + "\n")
     log(summary)

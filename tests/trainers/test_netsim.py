@@ -117,7 +117,10 @@ def test_tiny_run_trains_writes_a_checkpoint_that_analyze_reads(tmp_path):
     assert train_masked(tiny(), run, log=lambda s: None)["ood_mse"] == pytest.approx(m["ood_mse"])
     from trainers.provenance import read_sessions
     assert [s["trainer"] for s in read_sessions(run)] == ["masked"]  # one session: the finished re-run adds none
-    assert evaluate_checkpoint(run / "last.pt")["ood_mse"] == pytest.approx(m["ood_mse"], rel=1e-5)
+    ev = evaluate_checkpoint(run / "last.pt")
+    assert ev["ood_mse"] == pytest.approx(m["ood_mse"], rel=1e-5)
+    counts = {k: v for k, v in ev.items() if k.endswith("_n")}  # windows per split, integers in --json too
+    assert counts and all(type(v) is int and v > 0 for v in counts.values())
     out = subprocess.run([sys.executable, "-m", "pe_probe.cli", "analyze", str(run / "last.pt"), "--json",
                           "--n-perm", "19", "--n-boot", "0"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

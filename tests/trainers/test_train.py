@@ -346,3 +346,16 @@ def test_a_last_pt_that_does_not_load_is_refused_with_the_trainer_s_fix(tmp_path
     assert snapshot(run) == before
     train(cfg, run, log=quiet, force=True)
     assert load_checkpoint(run / "last.pt")["epoch"] == 1
+
+
+def test_a_run_folder_refusal_survives_a_trip_through_a_worker_process(tmp_path):
+    """Review: a RunDirRefused raised in a process pool worker did not unpickle in the parent (BrokenProcessPool
+    and a traceback instead of the one-line error)."""
+    import pickle
+
+    from trainers.train import RunDirRefused
+
+    e = RunDirRefused(tmp_path / "run", "holds files that are not this run's (x)", "choose another --out", flag=True)
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is RunDirRefused and str(back) == str(e)
+    assert (back.subject, back.reason, back.fix, back.flag) == (e.subject, e.reason, e.fix, e.flag)
