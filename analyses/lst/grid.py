@@ -177,8 +177,10 @@ def check_counts(sig: tuple[float, ...], seeds: int | None, sigma_seeds: int | N
 def _build(preset: str, base: dict[str, Any], sig: tuple[float, ...], n_seeds: int, n_type: int, n_ctrl: int,
            include: tuple[str, ...]) -> list[RunSpec]:
     specs: list[RunSpec] = []
-    # the sin2d reference serves the sigma grid and the PE-type group: as many seeds as the included one needs
-    n_ref = max(n_seeds if "sigma" in include else 0, n_type if "pe_type" in include else 0)
+    # the sin2d reference (planned with the sigma grid or the PE-type group) has a seed for every seed of an
+    # included group: every run's attention maps are compared with the reference of its own seed
+    wanted = {"sigma": n_seeds, "pe_type": n_type, "control": n_ctrl, "placement": n_ctrl}
+    n_ref = max(wanted[g] for g in include) if {"sigma", "pe_type"} & set(include) else 0
     for seed in range(max(n_seeds, n_type, n_ctrl)):
         # priority within a seed: the sigma grid (+ the sin2d reference), then controls, then PE types
         if seed < n_seeds and "sigma" in include:

@@ -61,10 +61,12 @@ def test_sigma_seeds_add_seeds_to_the_sigma_grid_only():
 
 def test_the_sin2d_reference_has_the_seeds_of_the_groups_it_serves():
     """--groups sigma --seeds 3 --sigma-seeds 1: one sigma seed, so one reference, not the 3 that --seeds gives
-    the PE-type group left out; with that group in, its seeds count too."""
+    the groups left out; with the PE-type group or the controls in, their seeds count too (every run's attention
+    is compared with its seed's reference)."""
     ref = lambda g: sorted(s.tags["seed"] for s in g if s.tags["pe"] == "sin2d")  # noqa: E731
     assert ref(G.build_grid("quick", seeds=3, sigma_seeds=1, include=("sigma",))) == [0]
     assert ref(G.build_grid("quick", seeds=3, sigma_seeds=1, include=("sigma", "pe_type"))) == [0, 1, 2]
+    assert ref(G.build_grid("quick", seeds=3, sigma_seeds=1, include=("sigma", "control"))) == [0, 1, 2]
     assert ref(G.build_grid("quick", seeds=3, include=("pe_type",))) == [0, 1, 2]
     assert ref(G.build_grid("quick", seeds=3, include=("control", "placement"))) == []
 
