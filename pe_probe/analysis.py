@@ -53,6 +53,7 @@ def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
 MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
+MAX_SEED = 2**63 - 1  # numpy SeedSequence entropy is unbounded; this keeps seeds within an int64
 
 
 def auto_n_null(n_pairs: int) -> int:
@@ -118,7 +119,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     methods = parse_methods(methods)
     n_perm = check_positive_int(n_perm, "n_perm", maximum=MAX_PERMUTATIONS)
     n_boot = check_positive_int(n_boot, "n_boot", maximum=MAX_BOOTSTRAP)
-    seed = check_positive_int(seed, "seed", maximum=2**63 - 1)
+    seed = check_positive_int(seed, "seed", maximum=MAX_SEED)
     if n_null is not None:
         n_null = check_positive_int(n_null, "n_null", maximum=MAX_NULL_TABLES)
     n, d = P.shape

@@ -55,7 +55,10 @@ def _count(limit: str | None = None, minimum: int = 0):
     """An argparse type: a whole number >= ``minimum`` and, with ``limit``, <= that constant of
     `pe_probe.analysis` (checked here so that the error names the flag, not the API argument)."""
     def parse(text: str) -> int:
-        v = _nonneg_int(text)
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if v < minimum:
             raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {v}")
         if limit is not None:
@@ -120,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: 20, fewer for N > 1000)")
     a.add_argument("--neighbours", type=_count(minimum=1), metavar="K", help="k for trustworthiness/kNN overlap "
                    "(default: min(5, N//2 - 1))")
-    a.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
+    a.add_argument("--seed", type=_count("MAX_SEED"), default=0, help="seed for every random step (default: %(default)s)")
     a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
     a.add_argument("--no-reflection", action="store_true", help=argparse.SUPPRESS)  # refused: NO_REFLECTION_REFUSED
     a.add_argument("--no-figures", action="store_true", help="write only metrics.json/csv and embedding.csv")
@@ -155,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Mantel / PROTEST permutations per source (default: %(default)s)")
     c.add_argument("--n-boot", type=_count("MAX_BOOTSTRAP"), default=200, metavar="N",
                    help="bootstrap resamples for the RSA CI per source (default: %(default)s)")
-    c.add_argument("--seed", type=_nonneg_int, default=0, help="seed for every random step (default: %(default)s)")
+    c.add_argument("--seed", type=_count("MAX_SEED"), default=0, help="seed for every random step (default: %(default)s)")
     c.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
     c.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     c.add_argument("--backend", default="local", choices=("local", "ray"),

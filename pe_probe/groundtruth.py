@@ -148,9 +148,9 @@ def load_npy(path: str | os.PathLike, what: str = "file") -> np.ndarray:
         raise InputError(f"{path}: {what_it_is}; save the {what} with np.save")
     try:
         return np.load(path, allow_pickle=False)
-    except ValueError:  # an object array (pickle, which we never load) or a malformed header
-        raise InputError(f"{path}: not a plain numeric .npy array (Python objects, which pe-probe never unpickles, or "
-                         f"a malformed header); save the {what} as numbers with np.save") from None
+    except ValueError:  # an object array (pickle, which we never load), a malformed header or truncated data
+        raise InputError(f"{path}: not a plain numeric .npy array (Python objects, which pe-probe never unpickles, a "
+                         f"malformed header or truncated data); save the {what} as numbers with np.save") from None
     except (EOFError, OSError) as e:
         raise InputError(f"{path}: not a readable .npy file (empty or truncated: {first_line(e)}); "
                          f"save the {what} with np.save") from None

@@ -80,6 +80,7 @@ def umap_embed(table: np.ndarray, k: int, *, metric: str = "euclidean", seed: in
         import umap
 
         n_neighbors = max(2, min(15, len(table) - 1))
-        reducer = umap.UMAP(n_components=k, n_neighbors=n_neighbors, metric=metric, random_state=seed,
+        # umap-learn seeds numpy's legacy RandomState, which takes seeds below 2**32 only (analyze's reach 2**63 - 1)
+        reducer = umap.UMAP(n_components=k, n_neighbors=n_neighbors, metric=metric, random_state=seed % 2**32,
                             init="random" if len(table) <= k + 1 else "spectral")
         return np.asarray(reducer.fit_transform(table), dtype=np.float64)

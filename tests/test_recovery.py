@@ -134,3 +134,28 @@ def test_umap_embed_recovers_grid():
     assert emb.shape == (64, 2) and np.isfinite(emb).all()
     np.testing.assert_array_equal(emb, umap_embed(table, 2, seed=0))  # seeded
     assert procrustes_align(emb, g).r2 > 0.5
+
+
+def test_umap_gets_a_seed_its_random_state_accepts(monkeypatch):
+    """analyze takes seeds up to 2**63 - 1; umap-learn's numpy RandomState takes only seeds below 2**32 (a
+    bigger --seed with --methods umap raised from inside umap). A stand-in module records the seed (no JIT)."""
+    import sys
+    import types
+
+    from pe_probe.recovery import umap_embed
+
+    seen = []
+
+    class FakeUMAP:
+        def __init__(self, n_components, random_state, **kw):
+            np.random.RandomState(random_state)  # what umap-learn does with it: raises for seeds >= 2**32
+            seen.append(random_state)
+            self.k = n_components
+
+        def fit_transform(self, x):
+            return np.zeros((len(x), self.k))
+
+    monkeypatch.setitem(sys.modules, "umap", types.SimpleNamespace(UMAP=FakeUMAP))
+    umap_embed(np.eye(8), 2, seed=2**40 + 7)
+    umap_embed(np.eye(8), 2, seed=5)
+    assert seen == [7, 5]  # small seeds unchanged

@@ -70,6 +70,8 @@ def test_hugging_face_shard_index_is_checked(tmp_path, capsys):
     (["-g", "line:16", "--n-boot", "99999999999999999999"], "argument --n-boot: expected a number <= 100,000"),
     (["-g", "line:16", "--n-null", "1001"], "argument --n-null: expected a number <= 1,000, got 1,001"),
     (["-g", "line:16", "--neighbours", "0"], "argument --neighbours: expected a number >= 1, got 0"),
+    (["-g", "line:16", "--neighbours", "-1"], "argument --neighbours: expected a number >= 1, got -1"),
+    (["-g", "line:16", "--seed", str(2**63)], "argument --seed: expected a number <= 9,223,372,036,854,775,807"),
     (["-g", "line:16", "--neighbours", "15"], "neighbours (--neighbours) must be < N - 1 = 15 for this table"),
     (["-g", "line:16", "--seed", "-1"], "expected a number >= 0"),
     (["-g", "line:16", "--attention-reference", "x.pt"], "--view attention only"),
