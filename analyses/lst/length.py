@@ -365,8 +365,8 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], base: d
          + f"; seeds {', '.join(str(s) for s in sorted(runs.seed.unique()))}; {last} epochs; checkpoints every "
          f"{int(np.diff(sorted(ana.epoch.unique())).min())} epochs.",
          f"- Hardware (from each run's `provenance.jsonl`): {setting.hardware(root, runs.run)}."
-         + (f" Training time per run: median {secs.median() / 60:.0f} min (range {secs.min() / 60:.0f}-"
-            f"{secs.max() / 60:.0f} min; {setting.parallelism(root) or 'how many runs trained at once is not recorded'})."
+         + (" Training time per run: median {} (range {}; {}).".format(
+             *setting.time_spread(secs), setting.parallelism(root) or "how many runs trained at once is not recorded")
             if len(secs) else ""),
          "- Trainer code (git commit per run, from `provenance.jsonl`): "
          + describe_versions([root / r for r in runs.run]) + f"; CPU attention code path: {describe_paths(own)}.",

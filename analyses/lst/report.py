@@ -85,14 +85,14 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
              "holds them.\n")
     L.append("## Setting\n")
     L.append(f"- Sweep: `{root}`, {setting.sweep_text(grid, sorted(done), configs)}.")
+    seed_ids = f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(str(s) for s in seeds)}" if seeds else "no σ-grid runs"
     L.append(f"- Training length: {', '.join(str(e) for e in epochs)} epochs (the study: 4,000); σ-grid seeds: "
-             f"{len(seeds)} ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(str(s) for s in seeds)}; the study: 15).")
+             f"{len(seeds)} ({seed_ids}; the study: 15).")
     secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
     side = setting.parallelism(root) or "how many runs trained at once is not recorded"
     L.append(f"- Hardware (from each run's `provenance.jsonl`): {setting.hardware(root, sorted(done))}."
-             + (f" Training time per run (the training loop's own clock: without process start-up and data "
-                f"generation): median {setting.seconds(secs.median())} s (range {setting.seconds(secs.min())}-"
-                f"{setting.seconds(secs.max())} s; {side})." if len(secs) else ""))
+             + (" Training time per run (the training loop's own clock: without process start-up and data "
+                "generation): median {} (range {}; {}).".format(*setting.time_spread(secs), side) if len(secs) else ""))
     L.append("- Trainer code (git commit per run, from each run's `provenance.jsonl`): "
              + describe_versions([root / name for name in sorted(done)]) + ".")
     if not runs.empty:

@@ -194,6 +194,14 @@ def control_optimisers(root: Path, runs: pd.DataFrame) -> list[str]:
 
 
 def seconds(x: float) -> str:
-    """A run's training time for the Setting: whole seconds, one decimal under 10 s (a tiny sweep's runs train
-    in under a second, which whole seconds would print as 0)."""
+    """Seconds as the Setting prints them: whole, one decimal under 10 s (a tiny sweep's runs train in under a
+    second, which whole seconds would print as 0)."""
     return f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
+def time_spread(secs: pd.Series) -> tuple[str, str]:
+    """(median, range) of runs' training times with their unit: minutes when the median run took 10 minutes or
+    more ("18 min", "17-23 min"), else seconds ("107 s", "100-144 s"; "0.5 s", "0.4-0.6 s")."""
+    if secs.median() >= 600:
+        return f"{secs.median() / 60:.0f} min", f"{secs.min() / 60:.0f}-{secs.max() / 60:.0f} min"
+    return f"{seconds(secs.median())} s", f"{seconds(secs.min())}-{seconds(secs.max())} s"

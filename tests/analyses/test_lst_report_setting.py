@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from synthetic_sweep import run_report_command
 
@@ -212,4 +213,13 @@ def test_seed_count_and_sub_second_training_times_read_as_such(tmp_path):
     text = _setting(R.write_report(_sweep(tmp_path / "sweep", frames), tmp_path / "out", frames, "cmd").read_text())
     assert "σ-grid seeds: 2 (seeds 0, 1; the study: 15)" in text
     assert "median 0.5 s (range 0.4-0.6 s;" in text
-    assert S.seconds(107.4) == "107"
+    assert S.time_spread(pd.Series([100.0, 107.4, 144.0])) == ("107 s", "100-144 s")
+    assert S.time_spread(pd.Series([1020.0, 1080.0, 1380.0])) == ("18 min", "17-23 min")  # the length report's runs
+
+
+def test_a_sweep_without_sigma_runs_says_so(tmp_path):
+    frames = _frames()
+    keep = frames["runs"].group != "sigma"
+    frames = {k: (v[keep.values] if k == "runs" else v) for k, v in frames.items()}
+    text = _setting(R.write_report(_sweep(tmp_path / "sweep", frames), tmp_path / "out", frames, "cmd").read_text())
+    assert "σ-grid seeds: 0 (no σ-grid runs; the study: 15)" in text
