@@ -53,7 +53,7 @@ def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
 MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
-MAX_SEED = 2**63 - 1  # numpy SeedSequence entropy is unbounded; this keeps seeds within an int64
+MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
 
 
 def auto_n_null(n_pairs: int) -> int:

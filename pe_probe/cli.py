@@ -180,7 +180,8 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argp
     not list it."""
     args, extra = parser.parse_known_args(argv)
     if extra:
-        getattr(parser, "command_parsers", {}).get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        command_parser = getattr(parser, "command_parsers", {}).get(args.command, parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 
 

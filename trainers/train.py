@@ -302,7 +302,8 @@ def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], wh
     diff = config_differences(old, new)
     if diff:
         shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
-        raise RunDirRefused(out, f"holds {what} with a different config: {shown}", "use another --out, or --force to restart")
+        raise RunDirRefused(out, f"holds {what} with a different config: {shown}",
+                            "use another --out, or --force to restart")
 
 
 def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:

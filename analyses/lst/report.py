@@ -85,7 +85,8 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
              "holds them.\n")
     L.append("## Setting\n")
     L.append(f"- Sweep: `{root}`, {setting.sweep_text(grid, sorted(done), configs)}.")
-    seed_ids = f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(str(s) for s in seeds)}" if seeds else "no σ-grid runs"
+    seed_ids = (f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(str(s) for s in seeds)}" if seeds
+                else "no σ-grid runs")
     L.append(f"- Training length: {', '.join(str(e) for e in epochs)} epochs (the study: 4,000); σ-grid seeds: "
              f"{len(seeds)} ({seed_ids}; the study: 15).")
     secs = runs.train_seconds.dropna() if not runs.empty else pd.Series(dtype=float)
