@@ -12,7 +12,7 @@ import numpy as np
 from .analysis import analyze, as_ground_truth
 from .errors import InputError
 from .groundtruth import MAX_POSITIONS, GroundTruth, grid, line
-from .output import staged_dir, write_data_files
+from .output import check_out_dir, staged_dir, write_data_files
 from .result import AnalysisResult
 
 BUILTIN_PREFIX = "builtin:"
@@ -206,8 +206,12 @@ def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
 def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike, *, force: bool = False,
                    figures: bool = True, formats: Sequence[str] = ("png", "pdf")) -> Path:
     """Write the report folder of one analysis (DESIGN.md section 5), completely or not at all;
-    ``formats``: the static figures' formats (the first one is shown on the index page)."""
-    out = Path(out_dir)
+    ``formats``: the static figures' formats (the first one is shown on the index page). As on the command
+    line, ``out_dir`` may not be, hold or sit inside the analysis's inputs (the source and a ground-truth
+    file named in its provenance; `check_out_dir`), ``force`` or not."""
+    prov = result.provenance or {}
+    inputs = [prov.get("source"), (prov.get("ground_truth") or {}).get("spec")]
+    out = check_out_dir(out_dir, force, inputs=[p for p in inputs if isinstance(p, str)])
     with staged_dir(out, force) as stage:
         write_data_files(result, stage)
         if figures:

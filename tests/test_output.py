@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pe_probe.errors import InputError
@@ -147,3 +148,18 @@ def test_run_folder_names_are_the_trainer_s():
     from trainers import train
 
     assert (output.RUN_LAST, output.RUN_CONFIG, output.RUN_CHECKPOINTS) == (train.LAST, train.CONFIG_FILE, train.CKPT_DIR)
+
+
+def test_the_python_api_writes_no_report_over_an_analysis_s_inputs(tmp_path):
+    """Review: `pe_probe.write_analysis(result, RUN/checkpoints, force=True)` replaced a run's checkpoints; it now
+    checks the inputs its result's provenance names, as the command line does."""
+    import pe_probe
+
+    run = _run_with_notes(tmp_path)
+    np.save(run / "table.npy", np.random.default_rng(0).normal(size=(16, 4)))
+    result = pe_probe.analyze_source(str(run / "table.npy"), ground_truth="line:16", n_perm=0, n_boot=0, methods="pca")
+    for out, needle in ((run / "checkpoints", "--force or not"), (run, "is or holds the input")):
+        with pytest.raises(InputError, match=needle):
+            pe_probe.write_analysis(result, out, force=True, figures=False)
+    assert (run / "checkpoints" / "step-2.pt").exists()
+    assert (pe_probe.write_analysis(result, tmp_path / "report", figures=False) / "metrics.json").exists()
