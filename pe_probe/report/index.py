@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import html
 import json
+import math
+import numbers
 from pathlib import Path
 from typing import Sequence
 
@@ -51,6 +53,23 @@ def _source_line(provenance: dict) -> str:
     return "; ".join(parts)
 
 
+def _notes(provenance: dict) -> str:
+    """The analysis's notes (a rough bootstrap CI, a dropped CLS row ...) as a list under the verdict, as the
+    terminal summary shows them."""
+    notes = [str(n) for n in provenance.get("notes") or []]
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return f"\n<p>Notes on this analysis:</p><ul class=\"notes\">{items}</ul>"
+
+
+def _embedded_json(metrics: dict) -> str:
+    """The metrics as JSON a script can parse: null for missing values (as metrics.json), and no "</" that would
+    end the script element (its text is not HTML-decoded, so it must not be HTML-escaped)."""
+    clean = {k: (None if isinstance(v, numbers.Real) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    return json.dumps(clean, default=float, allow_nan=False).replace("</", "<\\/")
+
+
 def write_index(result: AnalysisResult, out_dir: Path, figure_names: Sequence[str], *, image_format: str = "png",
                 interactive: bool = True) -> Path:
     """Write ``out_dir/index.html`` for ``result``, showing ``figures/<name>.<image_format>`` for each name."""
@@ -77,7 +96,7 @@ def write_index(result: AnalysisResult, out_dir: Path, figure_names: Sequence[st
 <p>Did this positional-encoding table recover the true geometry of its {n} positions
 (ground truth <code>{html.escape(str(result.gt_spec))}</code>, {k}-D; PE distance: {html.escape(result.pe_metric)};
 table {n} x {result.table.shape[1]})? {_source_line(result.provenance)}</p>
-<p class="verdict">{html.escape(verdict(result.metrics))}</p>
+<p class="verdict">{html.escape(verdict(result.metrics, result.provenance))}</p>{_notes(result.provenance)}
 <h2>Headline metrics</h2>
 <table><tr><th>metric</th><th>value</th><th>what it means</th></tr>
 {rows}
@@ -88,7 +107,7 @@ table {n} x {result.table.shape[1]})? {_source_line(result.provenance)}</p>
 </ul>
 <h2>Figures</h2>
 {''.join(figs)}
-<script type="application/json" id="pe-probe-metrics">{html.escape(json.dumps({k: v for k, v in result.metrics.items()}, default=float))}</script>
+<script type="application/json" id="pe-probe-metrics">{_embedded_json(result.metrics)}</script>
 </body></html>
 """
     path = out_dir / "index.html"

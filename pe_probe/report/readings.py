@@ -18,7 +18,30 @@ def _ok(metrics: dict, key: str) -> bool:
 
 
 def _pct(x: float) -> str:
+    """A share as a whole percentage that never rounds a share below 1 up to '100%' (0.9965: 'over 99%')."""
+    if 0.995 <= x < 1:
+        return "over 99%"
     return f"{100 * x:.0f}%"
+
+
+def _num(x: float, digits: int = 2) -> str:
+    """``x`` to ``digits`` decimals, without a minus sign on a value that rounds to zero ('-0.00')."""
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+# Words for the size of a correlation |rho| (Cohen's conventions for r): below 0.1 negligible, 0.1-0.3 weak,
+# 0.3-0.5 moderate, 0.5 and above strong. README, "What the numbers mean", lists them with the other cut-offs.
+CORRELATION_WORDS = ((0.5, "strong"), (0.3, "moderate"), (0.1, "weak"), (0.0, "negligible"))
+RECOVERED_R2 = 0.8  # the verdict's "recovers the true geometry": best layout recovery r2 at least this
+ALPHA = 0.05  # the verdict's and the p-value sentences' significance level
+PROBE_MOST = 0.5  # the probe sentence's "most of the position information"
+TRUST_MOSTLY, TRUST_PARTLY = 0.9, 0.7  # the trustworthiness sentence's "mostly" / "partly" true neighbours
+
+
+def correlation_strength(rho: float) -> str:
+    """'strong', 'moderate', 'weak' or 'negligible' for |rho| (`CORRELATION_WORDS`)."""
+    return next(word for bound, word in CORRELATION_WORDS if abs(rho) >= bound)
 
 
 def n_permutations(provenance: dict[str, Any]) -> int | None:
@@ -45,12 +68,17 @@ def p_value_reading(p: float, n_perm: int | None, what: str, exact: int | None =
         head = f"p = {p:.3g} (exact: every one of the {exact} relabellings of positions was tried)"
         if count <= 1:
             return f"{head}: no relabelling but the true one gave {what} this high; this is the smallest p-value possible here."
-        return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is "
-                + ("unlikely to be chance." if p < 0.05 else "compatible with chance."))
+        if p >= ALPHA:
+            return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is "
+                    f"compatible with chance.")
+        return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is unlikely "
+                f"to be chance. Relabellings that are symmetries of the true layout (a line's mirror image, a grid's "
+                f"rotations and reflections) leave its distances unchanged and always do as well, so p cannot fall "
+                f"below their share.")
     if n_perm is not None and n_perm > 0 and p <= 1.0 / (1 + n_perm) + 1e-12:
         return (f"p = {p:.3g}: no random relabelling of positions (out of {n_perm}) gave {what} this high; "
                 f"this is the smallest p-value {n_perm} permutations can give.")
-    if p < 0.05:
+    if p < ALPHA:
         return (f"p = {p:.3g}: only about {_pct_small(p)} of random relabellings of positions gave {what} at least this "
                 f"high, so chance alone is an unlikely explanation.")
     return (f"p = {p:.3g}: about {_pct(p)} of random relabellings of positions gave {what} at least this high, "
@@ -70,9 +98,17 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
     if _ok(metrics, "rsa_spearman"):
         rho = float(metrics["rsa_spearman"])
         value = f"{rho:.3f}"
-        text = (f"Pairs of positions that are close in the true layout {'have' if rho > 0 else 'do not have'} "
-                f"similar PE vectors: the rank correlation between PE distances and true distances is {rho:.2f} "
-                f"(1 = same ordering of all pairs, 0 = unrelated).")
+        strength = correlation_strength(rho)
+        if abs(rho) < 0.1:
+            head = "PE distances barely follow true distances"
+        elif rho > 0:
+            head = "Pairs of positions that are close in the true layout tend to have similar PE vectors"
+        else:
+            head = ("Pairs of positions that are close in the true layout tend to have dissimilar PE vectors: the "
+                    "table inverts the true distances")
+        text = (f"{head} ({strength} {'negative ' if rho <= -0.1 else ''}correlation): the rank correlation between "
+                f"PE distances and true distances is {_num(rho)} (1 = same ordering of all pairs, 0 = unrelated, "
+                f"-1 = reversed).")
         if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
             value += f" [{metrics['rsa_ci_low']:.3f}, {metrics['rsa_ci_high']:.3f}]"
             text += f" The 95% bootstrap interval over positions is {metrics['rsa_ci_low']:.2f} to {metrics['rsa_ci_high']:.2f}."
@@ -81,14 +117,18 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
             sd = float(metrics.get("null_rsa_sd", float("nan")))
             if math.isfinite(sd) and sd > 0:
                 z = (rho - mu) / sd
-                text += (f" Random Gaussian tables of the same shape give {mu:.2f} ± {sd:.2f} (chance level), so this "
-                         f"is {z:.1f} standard deviations {'above' if z >= 0 else 'below'} chance.")
-            else:
-                text += f" Random Gaussian tables of the same shape give {mu:.2f} (chance level)."
+                text += (f" Random Gaussian tables of the same shape give {_num(mu)} ± {_num(sd)} (chance level), so "
+                         f"this is {abs(z):.1f} standard deviations {'above' if z >= 0 else 'below'} chance.")
+            else:  # one null table (--n-null 1): a single draw, no spread
+                text += (f" One random Gaussian table of the same shape gives {_num(mu)}: a single draw, not a chance "
+                         f"level (raise --n-null).")
         out.append(("RSA (Spearman ρ)", value, text))
     if _ok(metrics, "rsa_p"):
-        out.append(("RSA p-value", f"{metrics['rsa_p']:.3g}", p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA",
-                                                                     exact_relabellings(provenance, "mantel"))))
+        text = p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA", exact_relabellings(provenance, "mantel"))
+        if _ok(metrics, "rsa_spearman") and float(metrics["rsa_spearman"]) <= -0.3:
+            text += (" The test is one-sided (does the table follow the true distances?): an RSA this far below zero "
+                     "is a systematic inversion of the true distances, not chance.")
+        out.append(("RSA p-value", f"{metrics['rsa_p']:.3g}", text))
     methods = methods or sorted({k[len("recovery_"):-len("_r2")] for k in metrics if k.startswith("recovery_") and k.endswith("_r2")})
     for m in methods:
         key = f"recovery_{m}_r2"
@@ -106,15 +146,25 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         out.append((f"recovery r² ({m})", f"{r2:.3f}", text))
     if _ok(metrics, "probe_r2"):
         v = float(metrics["probe_r2"])
-        out.append(("linear probe R²", f"{v:.3f}",
-                    f"A cross-validated linear (ridge) read-out predicts the true coordinates of held-out positions with "
-                    f"R² = {v:.2f}: {'most' if v >= 0.5 else 'little'} of the position information is linearly decodable, "
-                    f"even if not laid out geometrically."))
+        if v >= PROBE_MOST:
+            how = "most of the position information is linearly decodable"
+        elif v >= 0:
+            how = "some of the position information is linearly decodable"
+        else:
+            how = "none of it is linearly decodable (the read-out does worse than predicting the mean position)"
+        text = (f"A cross-validated linear (ridge) read-out predicts the true coordinates of held-out positions with "
+                f"R² = {_num(v)}: {how}.")
+        best = best_recovery(metrics)
+        if v >= PROBE_MOST and best is not None and best[1] < 0.5:
+            text += " The positions are decodable even though the table does not lay them out geometrically."
+        out.append(("linear probe R²", f"{v:.3f}", text))
     if _ok(metrics, "trustworthiness"):
         v = float(metrics["trustworthiness"])
+        how = ("mostly true neighbours" if v >= TRUST_MOSTLY else "partly true neighbours" if v >= TRUST_PARTLY
+               else "hardly more often true neighbours than at random")
         out.append(("trustworthiness", f"{v:.3f}",
-                    f"Neighbours in the recovered layout are {'mostly ' if v >= 0.9 else ''}true neighbours "
-                    f"(1 = no position is a recovered neighbour without being a true one; about 0.5 = random)."))
+                    f"Neighbours in the recovered layout are {how} (1 = no position is a recovered neighbour without "
+                    f"being a true one; about 0.5 = random)."))
     if _ok(metrics, "knn_overlap"):
         v = float(metrics["knn_overlap"])
         out.append(("k-NN overlap", f"{v:.3f}",
@@ -135,8 +185,8 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
     if _ok(metrics, "explained_variance"):
         v = float(metrics["explained_variance"])
         k = int(metrics["gt_dim"]) if _ok(metrics, "gt_dim") else None
-        out.append(("explained variance", f"{v:.3f}",
-                    f"The top {k if k else 'k'} principal components hold {_pct(v)} of the table's variance."))
+        pcs = "principal component holds" if k == 1 else "principal components hold"
+        out.append(("explained variance", f"{v:.3f}", f"The top {k if k else 'k'} {pcs} {_pct(v)} of the table's variance."))
     if _ok(metrics, "ref_shape_distance"):
         v = float(metrics["ref_shape_distance"])
         out.append(("shape distance to reference", f"{v:.3f}",
@@ -145,21 +195,48 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
     return out
 
 
-def verdict(metrics: dict) -> str:
-    """One sentence summary: is the true geometry recovered, beyond chance?"""
+def best_recovery(metrics: dict) -> tuple[str, float] | None:
+    """(method, r2) of the best layout recovery, or None when none was computed."""
+    found = [(k[len("recovery_"):-len("_r2")], float(v)) for k, v in metrics.items()
+             if k.startswith("recovery_") and k.endswith("_r2") and isinstance(v, (int, float)) and math.isfinite(float(v))]
+    return max(found, key=lambda item: item[1], default=None)
+
+
+def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
+    """One sentence summary: is the true geometry recovered, beyond chance? (cut-offs: `ALPHA`, `RECOVERED_R2`,
+    `CORRELATION_WORDS`; README, "What the numbers mean")."""
     if not _ok(metrics, "rsa_spearman"):
         return "No RSA was computed."
-    best = max((float(v) for k, v in metrics.items() if k.startswith("recovery_") and k.endswith("_r2")
-                and isinstance(v, (int, float)) and math.isfinite(float(v))), default=None)
+    provenance = provenance or {}
     rho = float(metrics["rsa_spearman"])
+    best = best_recovery(metrics)
+    recovery = recovery_is = ""  # "best layout recovery r² 0.97 (PCA)" / "the best layout recovery r² is 0.55 (PCA)"
+    if best is not None:
+        method, r2 = best
+        metric = (provenance.get("analysis", {}) or {}).get("pe_metric") or provenance.get("pe_metric")
+        note = (f"; PCA uses the table itself, not the {metric} distances"
+                if method == "pca" and metric not in (None, "euclidean") else "")
+        recovery = f"best layout recovery r² {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
+        recovery_is = f"the best layout recovery r² is {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
     if not _ok(metrics, "rsa_p"):  # no permutations (--n-perm 0): say so rather than "no evidence"
-        tail = f", best layout recovery r² {best:.2f}" if best is not None else ""
-        return f"Not tested against chance (no permutation test was run, --n-perm 0): RSA {rho:.2f}{tail}."
-    sig = float(metrics["rsa_p"]) < 0.05
-    if sig and best is not None and best >= 0.8:
-        return f"The PE table recovers the true geometry: RSA {rho:.2f} (beyond chance) and best layout recovery r² {best:.2f}."
-    if sig:
-        return (f"The PE table carries the true geometry only partly: RSA {rho:.2f} is beyond chance, "
-                f"but the best layout recovery r² is {best:.2f}." if best is not None else
-                f"The PE distances follow the true distances beyond chance (RSA {rho:.2f}).")
-    return f"No evidence that the PE table reflects the true geometry beyond chance (RSA {rho:.2f})."
+        return f"Not tested against chance (no permutation test was run, --n-perm 0): RSA {_num(rho)}" + (
+            f", {recovery}." if recovery else ".")
+    p = float(metrics["rsa_p"])
+    n_perm = n_permutations(provenance)
+    if p >= ALPHA and n_perm and not exact_relabellings(provenance, "mantel") and 1 / (n_perm + 1) >= ALPHA:
+        return (f"Not testable at the 5% level: {n_perm} permutations cannot give a p-value below {1 / (n_perm + 1):.3g} "
+                f"(use --n-perm 19 or more); RSA {_num(rho)}" + (f", {recovery}." if recovery else "."))
+    strength = correlation_strength(rho)
+    if p < ALPHA and best is not None and best[1] >= RECOVERED_R2:
+        return f"The PE table recovers the true geometry: RSA {_num(rho)} (beyond chance, {strength}) and {recovery}."
+    if p < ALPHA and abs(rho) < 0.3:
+        return (f"Weak evidence at most: RSA {_num(rho)} is beyond chance (p = {p:.3g}) but {strength}"
+                + (f", and {recovery_is}." if recovery_is else "."))
+    if p < ALPHA:
+        return (f"The PE table carries the true geometry only partly: RSA {_num(rho)} is beyond chance ({strength}), "
+                f"but {recovery_is}." if recovery_is else
+                f"The PE distances follow the true distances beyond chance (RSA {_num(rho)}, {strength}).")
+    if rho <= -0.3:
+        return (f"No evidence that the PE table reflects the true geometry: its distances are anti-correlated with the "
+                f"true ones (RSA {_num(rho)}), a systematic inversion, not chance.")
+    return f"No evidence that the PE table reflects the true geometry beyond chance (RSA {_num(rho)})."

@@ -55,3 +55,65 @@ def test_missing_metrics_give_no_sentence_and_verdict_reflects_chance():
     untested = verdict({"rsa_spearman": 0.99, "recovery_pca_r2": 0.98})  # --n-perm 0: no p-value at all
     assert "Not tested against chance" in untested and "No evidence" not in untested and "0.98" in untested
     assert "recovers the true geometry" in verdict({"rsa_spearman": 0.95, "rsa_p": 0.001, "recovery_pca_r2": 0.97})
+
+
+# ---- wording that follows the size and direction of an effect (from an audit of the report text) ----------
+
+
+def test_the_verdict_weighs_size_direction_and_testability_not_only_p():
+    noise = verdict({"rsa_spearman": 0.076, "rsa_p": 0.034, "recovery_pca_r2": 0.018})  # a 5% false positive
+    assert noise.startswith("Weak evidence at most") and "negligible" in noise and "only partly" not in noise
+    anti = verdict({"rsa_spearman": -1.0, "rsa_p": 1.0})
+    assert "anti-correlated" in anti and "systematic inversion" in anti
+    few = verdict({"rsa_spearman": 0.96, "rsa_p": 1 / 11, "recovery_pca_r2": 0.97}, {"analysis": {"n_perm": 10}})
+    assert few.startswith("Not testable at the 5% level") and "No evidence" not in few
+    cosine = verdict({"rsa_spearman": 0.64, "rsa_p": 0.001, "recovery_pca_r2": 0.97, "recovery_cmds_r2": 0.39},
+                     {"analysis": {"pe_metric": "cosine"}})
+    assert "(PCA; PCA uses the table itself, not the cosine distances)" in cosine
+    assert "(PCA)" in verdict({"rsa_spearman": 0.95, "rsa_p": 0.001, "recovery_pca_r2": 0.97})
+
+
+def test_rsa_probe_and_neighbour_sentences_are_graded():
+    rows = _by_name(readings({"rsa_spearman": 0.076, "probe_r2": -0.11, "trustworthiness": 0.545}))
+    assert rows["RSA (Spearman ρ)"].startswith("PE distances barely follow true distances (negligible correlation)")
+    assert "none of it is linearly decodable" in rows["linear probe R²"]
+    assert "hardly more often true neighbours than at random" in rows["trustworthiness"]
+    rows = _by_name(readings({"rsa_spearman": -0.9, "rsa_p": 1.0, "probe_r2": 0.43, "trustworthiness": 0.8}))
+    assert "dissimilar PE vectors" in rows["RSA (Spearman ρ)"] and "strong negative correlation" in rows["RSA (Spearman ρ)"]
+    assert "one-sided" in rows["RSA p-value"] and "some of the position" in rows["linear probe R²"]
+    assert "partly true neighbours" in rows["trustworthiness"]
+
+
+def test_numbers_never_round_into_a_false_claim():
+    rows = _by_name(readings({"explained_variance": 0.9965, "gt_dim": 1, "recovery_pca_r2": 0.99501,
+                              "rsa_spearman": 0.5, "null_rsa_mean": -0.001, "null_rsa_sd": 0.02}))
+    assert "The top 1 principal component holds over 99%" in rows["explained variance"]
+    assert "explains over 99% of the variance" in rows["recovery r² (pca)"]
+    assert "give 0.00 ± 0.02" in rows["RSA (Spearman ρ)"] and "-0.00" not in rows["RSA (Spearman ρ)"]
+    one = _by_name(readings({"rsa_spearman": 0.9, "null_rsa_mean": -0.55}))  # --n-null 1: no spread
+    assert "One random Gaussian table of the same shape gives -0.55: a single draw" in one["RSA (Spearman ρ)"]
+
+
+def test_exact_p_values_name_the_ground_truth_s_symmetries():
+    line = p_value_reading(2 / 120, 1000, "an RSA", exact=120)  # a line's mirror image fits as well as the truth
+    assert "2 of them" in line and "symmetries of the true layout" in line
+    assert "symmetries" not in p_value_reading(300 / 720, 1000, "an RSA", exact=720)
+
+
+def test_index_page_shows_the_notes_and_embeds_parseable_metrics(tmp_path):
+    import json
+    import re
+
+    import numpy as np
+
+    import pe_probe
+
+    table = np.arange(5.0)[:, None] * np.ones((5, 3)) + np.random.default_rng(0).normal(0, 0.01, (5, 3))
+    res = pe_probe.analyze(table, "line:5", n_perm=0, n_boot=200, methods="pca")
+    assert res.provenance["notes"]  # N = 5: a rough bootstrap CI
+    page = (pe_probe.write_analysis(res, tmp_path / "r", formats=("png",)) / "index.html").read_text()
+    assert "Notes on this analysis" in page and "read the CI as rough" in page
+    embedded = re.search(r'id="pe-probe-metrics">(.*?)</script>', page, re.S).group(1)
+    data = json.loads(embedded)  # valid JSON: not HTML-escaped, null where metrics.json has null
+    on_disk = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert data["rsa_p"] is None and data == {k: v for k, v in on_disk.items() if k in data}
