@@ -112,6 +112,8 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
             value += f" [{metrics['rsa_ci_low']:.3f}, {metrics['rsa_ci_high']:.3f}]"
             text += f" The 95% bootstrap interval over positions is {metrics['rsa_ci_low']:.2f} to {metrics['rsa_ci_high']:.2f}."
+        elif (provenance.get("analysis", {}) or {}).get("n_boot") == 0:
+            text += " No bootstrap interval was computed (--n-boot 0)."
         if _ok(metrics, "null_rsa_mean"):
             mu = float(metrics["null_rsa_mean"])
             sd = float(metrics.get("null_rsa_sd", float("nan")))
@@ -219,7 +221,7 @@ def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
         recovery = f"best layout recovery r² {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
         recovery_is = f"the best layout recovery r² is {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
     if not _ok(metrics, "rsa_p"):  # no permutations (--n-perm 0): say so rather than "no evidence"
-        return f"Not tested against chance (no permutation test was run, --n-perm 0): RSA {_num(rho)}" + (
+        return f"Not tested against chance by permutation (--n-perm 0): RSA {_num(rho)}" + (
             f", {recovery}." if recovery else ".")
     p = float(metrics["rsa_p"])
     n_perm = n_permutations(provenance)

@@ -94,6 +94,11 @@ def test_numbers_never_round_into_a_false_claim():
     assert "One random Gaussian table of the same shape gives -0.55: a single draw" in one["RSA (Spearman ρ)"]
 
 
+def test_a_skipped_bootstrap_is_named():
+    rows = _by_name(readings({"rsa_spearman": 0.9}, {"analysis": {"n_boot": 0}}))
+    assert "No bootstrap interval was computed (--n-boot 0)." in rows["RSA (Spearman ρ)"]
+
+
 def test_exact_p_values_name_the_ground_truth_s_symmetries():
     line = p_value_reading(2 / 120, 1000, "an RSA", exact=120)  # a line's mirror image fits as well as the truth
     assert "2 of them" in line and "symmetries of the true layout" in line
