@@ -243,8 +243,9 @@ def format_summary(result, title: str = "") -> str:
         rows.append(("shape distance to ref", m["ref_shape_distance"], f"radians; unnormalised Procrustes "
                      f"{_fmt(m.get('ref_procrustes_distance'))}"))
     width = max(len(r[0]) for r in rows)
+    value_width = max(8, *(len(_fmt(r[1])) for r in rows))  # a long value (0.0002604) keeps the column aligned
     for name, val, extra in rows:
-        lines.append(f"  {name:<{width}}  {_fmt(val):>8}  {extra}")
+        lines.append(f"  {name:<{width}}  {_fmt(val):>{value_width}}  {extra}")
     return "\n".join(lines)
 
 

@@ -311,3 +311,18 @@ def test_builtin_tables_refuse_layer_options_and_record_their_shape(capsys):
     assert code == 0, err
     prov = json.loads(stdout)["provenance"]
     assert prov["original_shape"] == [16, 64] and prov["row_centred"] is False
+
+
+def test_summary_values_stay_in_one_column_when_one_is_long():
+    """Audit: a 9-character value (stress 0.0002604) pushed its row out of the column."""
+    import re
+
+    import pe_probe
+    from pe_probe.cli import format_summary
+
+    coords = grid(8, 8).coords
+    table = coords @ np.random.default_rng(0).normal(size=(2, 16)) + 0.05 * np.random.default_rng(1).normal(size=(64, 16))
+    text = format_summary(pe_probe.analyze(table, "grid:8x8", n_perm=0, n_boot=0, methods="pca"))
+    rows = [ln for ln in text.splitlines() if ln.startswith("  ")]
+    ends = {m.end() for m in (re.match(r"  .*?\s{2}(\S+)", ln) for ln in rows)}
+    assert len(rows) > 5 and len(ends) == 1, text
