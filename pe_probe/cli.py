@@ -41,16 +41,6 @@ def _layer(text: str):
         raise argparse.ArgumentTypeError(f"--layer takes an integer, 'mean' or 'all', got {text!r}") from None
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {v}")
-    return v
-
-
 def _count(limit: str | None = None, minimum: int = 0):
     """An argparse type: a whole number >= ``minimum`` and, with ``limit``, <= that constant of
     `pe_probe.analysis` (checked here so that the error names the flag, not the API argument)."""
@@ -99,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--layer", type=_layer, metavar="N|mean|all", help="for models with one PE table per layer: "
                    "an index, their mean, or all (one report per layer); default 0")
     a.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of the table (e.g. 0:128)")
-    a.add_argument("--drop-extra-tokens", type=_nonneg_int, metavar="K", help="leading rows to drop (ViT CLS tokens "
+    a.add_argument("--drop-extra-tokens", type=_count(), metavar="K", help="leading rows to drop (ViT CLS tokens "
                    "are detected automatically; 0 keeps every row)")
     a.add_argument("--view", default="raw", choices=("raw", "q", "k", "qk", "kernel", "attention"),
                    help="what to analyse: raw = the table (default); q/k/qk = the table as the first attention "

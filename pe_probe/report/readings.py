@@ -218,8 +218,8 @@ def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
         metric = (provenance.get("analysis", {}) or {}).get("pe_metric") or provenance.get("pe_metric")
         note = (f"; PCA uses the table itself, not the {metric} distances"
                 if method == "pca" and metric not in (None, "euclidean") else "")
-        recovery = f"best layout recovery r² {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
-        recovery_is = f"the best layout recovery r² is {r2:.2f} ({_METHOD_NAMES.get(method, method)}{note})"
+        which = f"({_METHOD_NAMES.get(method, method)}{note})"
+        recovery, recovery_is = f"best layout recovery r² {r2:.2f} {which}", f"the best layout recovery r² is {r2:.2f} {which}"
     if not _ok(metrics, "rsa_p"):  # no permutations (--n-perm 0): say so rather than "no evidence"
         return f"Not tested against chance by permutation (--n-perm 0): RSA {_num(rho)}" + (
             f", {recovery}." if recovery else ".")
