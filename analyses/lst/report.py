@@ -102,7 +102,7 @@ def write_report(root: Path, out: Path, frames: dict[str, pd.DataFrame], cmd: st
                  f"fused CPU attention kernel by matmul-softmax ({MIXED}): {describe_paths(paths)}.")
     from trainers.config import PRESETS  # imports torch: not at module level
 
-    L.append("- Model: " + setting.model_line(root, runs)
+    L.append("- Model: " + setting.model_line(configs, runs)
              + setting.paper_note((grid or {}).get("preset"), configs, PRESETS["paper"], PRESET_SETTINGS["paper"]["seeds"]))
     L.append(f"- Held-out (OOD) set: {setting.heldout_text(configs, len(LEVELS), STUDY_OOD_PUZZLES)}. Chance is "
              f"{100 * CHANCE:.0f}%. One run's held-out accuracy at {PRESET_EPOCHS['quick']} epochs of the quick preset is "

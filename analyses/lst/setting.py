@@ -158,30 +158,30 @@ def hardware(root: Path, names: Iterable[str]) -> str:
     return text
 
 
-def model_line(root: Path, runs: pd.DataFrame) -> str:
-    """The σ-grid runs' model and optimiser, and the optimiser controls', read from the runs' config.json."""
+def model_line(configs: dict[str, dict[str, Any]], runs: pd.DataFrame) -> str:
+    """The σ-grid runs' model and optimiser, and the optimiser controls', from the runs' configs (`run_configs`)."""
     names = list(sigma_runs(runs).run) if not runs.empty else []
-    if not names or not (root / names[0] / "config.json").exists():
+    if not names or names[0] not in configs:
         return "(config not available)."
-    c = json.loads((root / names[0] / "config.json").read_text())
+    c = configs[names[0]]
     m, o = c["model"], c["optim"]
     return (f"{m['n_layers']} layers, {m['n_heads']} head(s), d_model {m['d_model']}, MLP {int(m['d_model'] * m['mlp_ratio'])}, "
             f"{m['norm']}-LN, {o['name']} lr {o['lr']:g}, batch {o['batch_size']}, {o['epochs']} epochs, a separate learned PE "
             f"table at every layer's input (as the companion code) unless marked *input only*"
-            + "".join(f"; {text}" for text in control_optimisers(root, runs)) + ".")
+            + "".join(f"; {text}" for text in control_optimisers(configs, runs)) + ".")
 
 
-def control_optimisers(root: Path, runs: pd.DataFrame) -> list[str]:
+def control_optimisers(configs: dict[str, dict[str, Any]], runs: pd.DataFrame) -> list[str]:
     """One phrase per optimiser control that ran ("sgd controls: SGD lr 0.01, momentum 0.9"), from the first
-    such run's config.json; the SGD learning rate's origin from `analyses.lst.grid`."""
+    such run's config (`run_configs`); the SGD learning rate's origin from `analyses.lst.grid`."""
     if runs.empty or "control" not in runs:
         return []
     out = []
     for control, group in runs[runs.group == "control"].groupby("control", sort=True):
-        path = root / group.run.iloc[0] / "config.json"
-        if not path.exists():
+        name = str(group.run.iloc[0])
+        if name not in configs:
             continue
-        o = json.loads(path.read_text())["optim"]
+        o = configs[name]["optim"]
         sgd = o["name"] == "sgd"
         parts = [f"{'SGD' if sgd else 'AdamW' if o['name'] == 'adamw' else o['name']} lr {o['lr']:g}"]
         if sgd and o.get("momentum"):  # AdamW configs carry the unused default too

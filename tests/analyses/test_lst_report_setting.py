@@ -185,7 +185,7 @@ def test_model_line_reads_the_controls_optimisers_from_their_configs(tmp_path):
 
     import pandas as pd
 
-    from analyses.lst.setting import model_line
+    from analyses.lst.setting import model_line, run_configs
     from trainers.config import TrainConfig
 
     def run(folder, **optim):
@@ -199,10 +199,11 @@ def test_model_line_reads_the_controls_optimisers_from_their_configs(tmp_path):
     run("wd0.1-s0.1-seed0", weight_decay=0.25)
     runs = pd.DataFrame({"run": ["learned-s0.1-seed0", "sgd-s0.1-seed0", "wd0.1-s0.1-seed0"],
                          "group": ["sigma", "control", "control"], "control": ["none", "sgd", "wd0.1"]})
-    line = model_line(tmp_path, runs)
+    configs = run_configs(tmp_path, runs.run)
+    line = model_line(configs, runs)
     assert "sgd controls: SGD lr 0.03, momentum 0.8 (lr chosen by an 8-epoch pilot" in line
     assert "wd0.1 controls: AdamW lr 0.0001, weight decay 0.25" in line and "momentum 0.9" not in line
-    assert "control" not in model_line(tmp_path, runs[runs.group == "sigma"])  # no controls ran: none named
+    assert "control" not in model_line(configs, runs[runs.group == "sigma"])  # no controls ran: none named
 
 
 def test_seed_count_and_sub_second_training_times_read_as_such(tmp_path):
