@@ -281,14 +281,17 @@ def _trim_metrics(path: Path, max_epoch: int) -> None:
 class RunDirRefused(InputError):
     """`check_run_dir`'s refusal of a run folder. The message is ``[--out ]SUBJECT REASON; FIX``; ``subject``
     (the folder, or the file in it, that is refused) and ``reason`` (why, without the fix, whose flags are the
-    trainer's) are kept apart for callers that name the folder their own way (the sweep pipelines)."""
+    trainer's) are kept apart for callers that name the folder their own way (the sweep pipelines), and so are
+    all the config ``differences`` ((key, old, new), `config_differences`) when another config was refused."""
 
-    def __init__(self, subject: Path, reason: str, fix: str, flag: bool = False):
+    def __init__(self, subject: Path, reason: str, fix: str, flag: bool = False,
+                 differences: tuple[tuple[str, Any, Any], ...] = ()):
         super().__init__(f"{'--out ' if flag else ''}{subject} {reason}; {fix}")
         self.subject, self.reason, self.fix, self.flag = subject, reason, fix, flag
+        self.differences = tuple(differences)
 
     def __reduce__(self):  # raised in a worker process (a sweep's process pool), it must unpickle in the parent
-        return type(self), (self.subject, self.reason, self.fix, self.flag)
+        return type(self), (self.subject, self.reason, self.fix, self.flag, self.differences)
 
 
 def _read_config(out: Path) -> dict[str, Any]:
@@ -303,7 +306,7 @@ def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], wh
     if diff:
         shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
         raise RunDirRefused(out, f"holds {what} with a different config: {shown}",
-                            "use another --out, or --force to restart")
+                            "use another --out, or --force to restart", differences=tuple(diff))
 
 
 def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:

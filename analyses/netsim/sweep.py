@@ -133,26 +133,19 @@ def check_runs(p: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds
         try:
             check_run_dir(cfg, out, force=False)
         except RunDirRefused as e:
-            refused.append(run_refusal(out, cfg.to_dict(), e))
+            refused.append(run_refusal(e))
     if refused:
         p.error(f"--runs {runs}: the trainer would refuse {len(refused)} of the sweep's {len(conds) * len(seeds)} run "
                 f"folders (first: {refused[0]}); pass another --runs, or delete that run folder to train it afresh")
 
 
-def run_refusal(out: Path, config: dict[str, Any], e: RunDirRefused) -> str:
-    """Why the trainer refused run folder ``out`` for ``config``, in words: the differing config keys
-    (`trainers.train.config_differences`, all of them up to 8), else the trainer's reason without its fix (its
-    fix names its flags)."""
-    from trainers.train import CONFIG_FILE, config_differences
-
-    try:
-        diff = config_differences(json.loads((out / CONFIG_FILE).read_text()), config)
-    except (OSError, ValueError):
-        diff = []
-    if diff:
-        shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:8])
-        more = f" and {len(diff) - 8} more" if len(diff) > 8 else ""
-        return f"{out} holds a run of another config, differing in {shown}{more}"
+def run_refusal(e: RunDirRefused) -> str:
+    """Why the trainer refused a run folder, in words: all the differing config keys (up to 8; the trainer's own
+    message shows 3), else its reason without its fix (the fix names the trainer's flags)."""
+    if e.differences:
+        shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in e.differences[:8])
+        more = f" and {len(e.differences) - 8} more" if len(e.differences) > 8 else ""
+        return f"{e.subject} holds a run of another config, differing in {shown}{more}"
     return f"{e.subject} {e.reason}"
 
 

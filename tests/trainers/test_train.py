@@ -328,6 +328,7 @@ def test_run_folder_refusals_carry_the_refused_path_and_the_reason_apart_from_th
     with pytest.raises(RunDirRefused, match=r"a run with a different config: seed \(7 -> 8\)") as e:
         check_run_dir(other, run, force=False)
     assert e.value.subject == run and e.value.reason.startswith("holds a run with a different config")
+    assert e.value.differences == (("seed", 7, 8),)  # all of them, for callers that show more than 3
 
 
 def test_a_last_pt_that_does_not_load_is_refused_with_the_trainer_s_fix(tmp_path):
@@ -355,7 +356,9 @@ def test_a_run_folder_refusal_survives_a_trip_through_a_worker_process(tmp_path)
 
     from trainers.train import RunDirRefused
 
-    e = RunDirRefused(tmp_path / "run", "holds files that are not this run's (x)", "choose another --out", flag=True)
+    e = RunDirRefused(tmp_path / "run", "holds files that are not this run's (x)", "choose another --out", flag=True,
+                      differences=(("seed", 7, 8),))
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is RunDirRefused and str(back) == str(e)
     assert (back.subject, back.reason, back.fix, back.flag) == (e.subject, e.reason, e.fix, e.flag)
+    assert back.differences == (("seed", 7, 8),)
