@@ -141,6 +141,41 @@ def test_conditional_mean_recovers_a_copied_node_and_falls_back_to_the_mean():
     assert mse == pytest.approx(zero, rel=0.05)
 
 
+def test_clip_to_positive_definite_leaves_a_positive_definite_matrix_untouched_and_repairs_a_small_sample():
+    from analyses.netsim.report import clip_to_positive_definite, conditional_mean_mse, stationary_covariance
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 6))
+    pd_cov = a @ a.T + np.eye(6)
+    same, n = clip_to_positive_definite(pd_cov)
+    assert n == 0 and same is pd_cov  # bit for bit: the committed reports' baselines do not move
+
+    x = rng.normal(size=(3, 4, 6))  # 3 windows of 4 nodes x 6 steps: the per-lag estimate is indefinite
+    mu, cov = stationary_covariance(x)
+    assert np.linalg.eigvalsh(cov).min() < 0
+    mask = np.zeros((3, 4), dtype=bool)
+    mask[:, 0] = True
+    with pytest.raises(Exception):  # what the baseline hit before: Cholesky of an indefinite matrix
+        conditional_mean_mse(mu, cov, x, mask)
+    fixed, n = clip_to_positive_definite(cov)
+    lam = np.linalg.eigvalsh(cov)
+    assert n == int((lam <= 1e-9 * lam.max()).sum()) > 0
+    assert np.allclose(fixed, fixed.T) and np.linalg.eigvalsh(fixed).min() > 0
+    keep = lam > 1e-9 * lam.max()  # the positive part of the spectrum is kept
+    assert np.allclose(np.sort(np.linalg.eigvalsh(fixed))[-keep.sum():], lam[keep])
+    mse, zero = conditional_mean_mse(mu, fixed, x, mask)
+    assert np.isfinite(mse) and zero > 0
+
+
+def test_clipped_note_only_when_eigenvalues_were_raised():
+    from analyses.netsim.report import clipped_note
+
+    assert clipped_note({"covariance_eigenvalues_clipped": 0, "covariance_size": 8}) == ""
+    assert clipped_note({}) == ""
+    assert "(3 of 8 eigenvalues at or below zero" in clipped_note({"covariance_eigenvalues_clipped": 3,
+                                                                  "covariance_size": 8})
+
+
 # ---- report text --------------------------------------------------------------------------------
 
 def netsim_frame(rsa_p: float, probe_r2: float) -> pd.DataFrame:

@@ -170,12 +170,9 @@ def test_netsim_report_is_written_atomically_and_names_its_command(tmp_path, mon
     from analyses.netsim import report
     from pe_probe.output import MARKER
 
-    make, cov, layout_figure = trainers.config.make_masked_config, report.stationary_covariance, report.layout_figure
+    make, layout_figure = trainers.config.make_masked_config, report.layout_figure
     monkeypatch.setattr(trainers.config, "make_masked_config",
                         lambda task, preset="quick", overrides=None: make(task, preset, {**TINY, **(overrides or {})}))
-    # 256 windows give a covariance that is not positive definite: regularise it (the zero-predictor MSEs,
-    # which the report checks against the runs', do not depend on it)
-    monkeypatch.setattr(report, "stationary_covariance", lambda x: (lambda m, c: (m, c + np.eye(len(c))))(*cov(x)))
     monkeypatch.setattr(report, "SIGMAS", [0.1, 2.0])
     runs, out = tmp_path / "my runs", tmp_path / "rep"
     out.mkdir()
@@ -192,6 +189,10 @@ def test_netsim_report_is_written_atomically_and_names_its_command(tmp_path, mon
     monkeypatch.setattr(report, "layout_figure", layout_figure)
     assert report.main([*argv, "--no-train"]) == 0
     text = (out / "README.md").read_text()
+    # 256 windows give a per-lag covariance estimate that is not positive definite: repaired, and said
+    baseline = json.loads((out / "linear_baseline.json").read_text())
+    assert baseline["covariance_eigenvalues_clipped"] > 0 and np.isfinite(baseline["test_mse"])
+    assert f"({baseline['covariance_eigenvalues_clipped']} of {baseline['covariance_size']} eigenvalues" in text
     assert f"\npython -m analyses.netsim.report --runs {shlex.quote(str(runs))} --out {shlex.quote(str(out))}\n" in text
     assert f"trains missing runs into `{runs}/`" in text
     assert (out / MARKER).read_text() == "written by pe-probe\n"
