@@ -91,6 +91,18 @@ def save_checkpoint(payload: dict[str, Any], path: str | os.PathLike) -> None:
     atomic_write(path, lambda f: torch.save(payload, f))
 
 
+class CheckpointRefused(InputError):
+    """`load_checkpoint`'s refusal of a file that is there: the message names the file and the fix;
+    ``reason`` says only what is wrong with it, for callers that give their own fix (`check_run_dir`)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):  # raised in a worker process, it must unpickle in the parent
+        return type(self), (str(self), self.reason)
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a pe-probe checkpoint with ``weights_only=True``; bad files raise InputError."""
     path = Path(path)
@@ -102,11 +114,14 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated file, foreign pickle, not a torch file at all, ...
-        raise InputError(f"cannot read checkpoint {path}: {torch_load_reason(e)}; pass the .pt file of a run "
-                         f"(e.g. RUN/last.pt)") from None
+        reason = torch_load_reason(e)
+        raise CheckpointRefused(f"cannot read checkpoint {path}: {reason}; pass the .pt file of a run (e.g. RUN/last.pt)",
+                                reason) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise InputError(f"{path} is not a pe-probe checkpoint (expected format {FORMAT!r})")
+        raise CheckpointRefused(f"{path} is not a pe-probe checkpoint (expected format {FORMAT!r})",
+                                f"not format {FORMAT!r}")
     missing = [k for k in CONTRACT_KEYS if k not in ckpt]
     if missing:
-        raise InputError(f"checkpoint {path} lacks key(s) {', '.join(missing)}")
+        raise CheckpointRefused(f"checkpoint {path} lacks key(s) {', '.join(missing)}",
+                                f"lacks key(s) {', '.join(missing)}")
     return ckpt

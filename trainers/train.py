@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from pe_probe.errors import InputError
-from trainers.checkpoint import atomic_write, load_checkpoint, make_payload, save_checkpoint
+from trainers.checkpoint import CheckpointRefused, atomic_write, load_checkpoint, make_payload, save_checkpoint
 from trainers.config import TrainConfig, validate
 from trainers.console import print_line
 from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics, tf32_matmuls
@@ -329,9 +329,10 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
         _refuse_other_config(out, _read_config(out), new, "a run")
         try:
             resume = load_checkpoint(out / LAST)
-        except InputError:  # torn or foreign; the loader's own fix ("pass the .pt file of a run") is not this command's
-            raise RunDirRefused(out / LAST, "does not load as a pe-probe checkpoint, so the run cannot resume",
-                                "use --force to restart it, or another --out") from None
+        except CheckpointRefused as e:  # torn or foreign; the loader's fix ("pass the .pt file of a run") is not ours
+            why = e.reason.split(". ")[0]  # torch's first sentence: its miniz message runs on for 300 characters
+            raise RunDirRefused(out / LAST, f"does not load as a pe-probe checkpoint ({why}), so the run cannot "
+                                "resume", "use --force to restart it, or another --out") from None
         if "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
             raise RunDirRefused(out / LAST, "holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "
                                 "run cannot resume exactly", "use --force to restart it")

@@ -344,7 +344,12 @@ def test_a_last_pt_that_does_not_load_is_refused_with_the_trainer_s_fix(tmp_path
     with pytest.raises(RunDirRefused, match=r"last.pt does not load as a pe-probe checkpoint.*--force") as e:
         train(cfg, run, log=quiet)
     assert "pass the .pt file" not in str(e.value) and e.value.subject == run / "last.pt"
+    assert "(PytorchStreamReader failed reading zip archive: not a ZIP archive)" in str(e.value)  # the loader's reason
+    assert "\n" not in str(e.value) and "miniz" not in str(e.value)  # its first sentence only
     assert snapshot(run) == before
+    torch.save({"format": "something else"}, run / "last.pt")
+    with pytest.raises(RunDirRefused, match=r"does not load as a pe-probe checkpoint \(not format '[^']+'\)"):
+        train(cfg, run, log=quiet)
     train(cfg, run, log=quiet, force=True)
     assert load_checkpoint(run / "last.pt")["epoch"] == 1
 

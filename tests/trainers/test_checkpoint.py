@@ -1,0 +1,47 @@
+"""`trainers.checkpoint.load_checkpoint`: every refusal is a one-line InputError naming the file and the fix,
+with the bare reason kept for callers that give their own fix; a pickle that would run code is refused."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from pe_probe.errors import InputError
+from trainers.checkpoint import CONTRACT_KEYS, FORMAT, CheckpointRefused, load_checkpoint
+
+
+class _RunsCode:  # a pickle that would call os.system if unpickled without weights_only
+    def __reduce__(self):
+        import os
+
+        return os.system, ("echo ran",)
+
+
+@pytest.mark.parametrize("write, message, reason", [
+    (lambda p: p.write_bytes(b"not a zip"), r"cannot read checkpoint .*c\.pt: .*; pass the \.pt file of a run",
+     r"^(?!.*pass the).+"),
+    (lambda p: torch.save({"format": "other"}, p), rf"c\.pt is not a pe-probe checkpoint \(expected format '{FORMAT}'\)",
+     rf"^not format '{FORMAT}'$"),
+    (lambda p: torch.save({"format": FORMAT}, p), r"checkpoint .*c\.pt lacks key\(s\) ", r"^lacks key\(s\) "),
+    (lambda p: torch.save({"format": FORMAT, "x": _RunsCode()}, p), r"cannot read checkpoint .*weights-only reader refused",
+     r"^torch's weights-only reader refused it$"),
+])
+def test_refusals_name_the_file_the_fix_and_keep_the_reason(tmp_path, write, message, reason):
+    path = tmp_path / "c.pt"
+    write(path)
+    with pytest.raises(CheckpointRefused, match=message) as e:
+        load_checkpoint(path)
+    assert isinstance(e.value, InputError) and "\n" not in str(e.value)
+    assert e.value.reason and __import__("re").search(reason, e.value.reason)
+    again = pickle.loads(pickle.dumps(e.value))  # raised in a worker process, it reaches the parent whole
+    assert type(again) is CheckpointRefused and str(again) == str(e.value) and again.reason == e.value.reason
+
+
+def test_the_missing_keys_are_all_named(tmp_path):
+    path = tmp_path / "c.pt"
+    torch.save({"format": FORMAT, CONTRACT_KEYS[1]: 1}, path)  # CONTRACT_KEYS[0] is "format"
+    with pytest.raises(CheckpointRefused) as e:
+        load_checkpoint(path)
+    assert e.value.reason == f"lacks key(s) {', '.join(CONTRACT_KEYS[2:])}"
