@@ -107,7 +107,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     allow_reflection : must stay True (Procrustes with reflections, the scipy definition); False raises
         `InputError` (`NO_REFLECTION_REFUSED`: the recovered layouts have no defined handedness).
     n_null : random Gaussian tables for the chance level (default: 20, fewer for very large N).
-    neighbours : k for trustworthiness / kNN overlap (default min(5, N//2 - 1)).
+    neighbours : k for trustworthiness / kNN overlap, below N/2 (default min(5, N//2 - 1)).
     """
     if not allow_reflection:
         raise InputError(NO_REFLECTION_REFUSED)
@@ -126,9 +126,10 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     k = G.shape[1]
     if neighbours is not None:
         neighbours = check_positive_int(neighbours, "neighbours", 1)
-        if neighbours >= n - 1:
-            raise InputError(f"neighbours (--neighbours) must be < N - 1 = {n - 1} for this table of {n} positions, "
-                             f"got {neighbours}; choose a smaller k")
+        if 2 * neighbours >= n:  # trustworthiness's normaliser 2 / (N k (2N - 3k - 1)) holds only for k < N/2
+            raise InputError(f"neighbours (--neighbours) must be below N/2 = {n / 2:g} for this table of {n} positions "
+                             f"(trustworthiness is defined only for k < N/2), got {neighbours}; choose a smaller k, "
+                             f"at most {(n - 1) // 2}")
     ss = np.random.SeedSequence(seed)
     rng_mantel, rng_boot, rng_protest, rng_null, rng_probe = (np.random.default_rng(s) for s in ss.spawn(5))
     stage = _Stages(progress)

@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bootstrap resamples of positions for the RSA 95%% CI (default: %(default)s; 0 skips)")
     a.add_argument("--n-null", type=_count("MAX_NULL_TABLES"), metavar="N", help="random tables for the chance level "
                    "(default: 20, fewer for N > 1000)")
-    a.add_argument("--neighbours", type=_count(minimum=1), metavar="K", help="k for trustworthiness/kNN overlap "
-                   "(default: min(5, N//2 - 1))")
+    a.add_argument("--neighbours", type=_count(minimum=1), metavar="K", help="k for trustworthiness/kNN overlap, "
+                   "below N/2 (default: min(5, N//2 - 1))")
     a.add_argument("--seed", type=_count("MAX_SEED"), default=0, help="seed for every random step (default: %(default)s)")
     a.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")
     a.add_argument("--no-reflection", action="store_true", help=argparse.SUPPRESS)  # refused: NO_REFLECTION_REFUSED

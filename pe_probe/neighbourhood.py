@@ -58,6 +58,8 @@ def neighbourhood_metrics(embedding: np.ndarray, coords: np.ndarray, k: int | No
     """Return (trustworthiness, knn_overlap) of ``embedding`` against ``coords``."""
     n = len(coords)
     k = default_k(n) if k is None else k
+    if not 1 <= k < n / 2:  # beyond, trustworthiness's normaliser is wrong (> 1) or divides by zero
+        raise ValueError(f"k = {k} neighbours: trustworthiness needs 1 <= k < N/2 = {n / 2:g}")
     if gt_square is None:
         gt_square = square_distances(coords)
     emb = np.asarray(embedding, float)

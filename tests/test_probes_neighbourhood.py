@@ -44,6 +44,22 @@ def test_trustworthiness_matches_sklearn_without_ties(seed, k):
     assert t == pytest.approx(bt, abs=1e-12) and o == pytest.approx(bo, abs=1e-12)
 
 
+@pytest.mark.parametrize("n", [9, 10])
+def test_trustworthiness_k_up_to_below_half_n_matches_sklearn_and_beyond_is_refused(n):
+    """k < N/2 is where the normaliser holds (sklearn refuses the rest); at k = N/2 it used to divide by zero
+    or return values above 1 (N = 8, k = 6: 1.111)."""
+    from sklearn.manifold import trustworthiness
+
+    rng = np.random.default_rng(n)
+    coords, emb = rng.normal(size=(n, 2)), rng.normal(size=(n, 2))  # unrelated: the low end of the scale
+    k = (n - 1) // 2
+    t, _ = neighbourhood_metrics(emb, coords, k)
+    assert t == pytest.approx(trustworthiness(coords, emb, n_neighbors=k), abs=1e-12) and 0 <= t <= 1
+    for bad in ((n + 1) // 2, n - 2, 0):  # the smallest k at or above N/2, one far above, none
+        with pytest.raises(ValueError, match="trustworthiness needs 1 <= k < N/2"):
+            neighbourhood_metrics(emb, coords, bad)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grid_with_ties_brute_force_and_relabelling(seed):
     rng = np.random.default_rng(seed)

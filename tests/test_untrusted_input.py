@@ -72,7 +72,8 @@ def test_hugging_face_shard_index_is_checked(tmp_path, capsys):
     (["-g", "line:16", "--neighbours", "0"], "argument --neighbours: expected a number >= 1, got 0"),
     (["-g", "line:16", "--neighbours", "-1"], "argument --neighbours: expected a number >= 1, got -1"),
     (["-g", "line:16", "--seed", str(2**63)], "argument --seed: expected a number <= 9,223,372,036,854,775,807"),
-    (["-g", "line:16", "--neighbours", "15"], "neighbours (--neighbours) must be < N - 1 = 15 for this table"),
+    (["-g", "line:16", "--neighbours", "15"], "neighbours (--neighbours) must be below N/2 = 8 for this table"),
+    (["-g", "line:16", "--neighbours", "8"], "choose a smaller k, at most 7"),  # gave trustworthiness > 1 before
     (["-g", "line:16", "--seed", "-1"], "expected a number >= 0"),
     (["-g", "line:16", "--attention-reference", "x.pt"], "--view attention only"),
     (["-g", "line:16", "--drop-extra-tokens", "16"], "--drop-extra-tokens 16 must be"),
