@@ -37,6 +37,16 @@ RECOVERED_R2 = 0.8  # the verdict's "recovers the true geometry": best layout re
 ALPHA = 0.05  # the verdict's and the p-value sentences' significance level
 PROBE_MOST = 0.5  # the probe sentence's "most of the position information"
 TRUST_MOSTLY, TRUST_PARTLY = 0.9, 0.7  # the trustworthiness sentence's "mostly" / "partly" true neighbours
+# Kruskal (1964)'s verbal scale for stress-1; a value between two anchors takes the grade of the one above it
+KRUSKAL_STRESS = ((0.0, "perfect"), (0.025, "excellent"), (0.05, "good"), (0.1, "fair"), (0.2, "poor"))
+
+
+def stress_grade(v: float) -> str:
+    """Kruskal's word for a stress-1 value: the grade of the nearest anchor of `KRUSKAL_STRESS` at or above it."""
+    for anchor, grade in KRUSKAL_STRESS:
+        if v <= anchor:
+            return grade
+    return f"worse than poor (above {KRUSKAL_STRESS[-1][0]:g})"
 
 
 def correlation_strength(rho: float) -> str:
@@ -174,10 +184,10 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
                     f"nearest neighbours in the true layout."))
     if _ok(metrics, "mds_stress"):
         v = float(metrics["mds_stress"])
-        grade = "excellent" if v < 0.05 else "good" if v < 0.1 else "fair" if v < 0.2 else "poor"
         out.append(("MDS stress", f"{v:.3f}",
-                    f"Kruskal stress-1 of the low-dimensional MDS map against the PE distances: {grade} by Kruskal's "
-                    f"rule of thumb (< 0.05 excellent, < 0.1 good, < 0.2 fair); how well PE distances fit in the true number of dimensions."))
+                    f"Kruskal stress-1 of the low-dimensional MDS map against the PE distances: {stress_grade(v)} on "
+                    "Kruskal's (1964) scale (0.2 poor, 0.1 fair, 0.05 good, 0.025 excellent, 0 perfect); how well PE "
+                    "distances fit in the true number of dimensions."))
     if _ok(metrics, "participation_ratio"):
         v = float(metrics["participation_ratio"])
         k = metrics.get("gt_dim")

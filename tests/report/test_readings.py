@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pe_probe.report.readings import p_value_reading, readings, verdict
+from pe_probe.report.readings import p_value_reading, readings, stress_grade, verdict
 
 
 def _by_name(rows):
@@ -82,6 +82,16 @@ def test_rsa_probe_and_neighbour_sentences_are_graded():
     assert "dissimilar PE vectors" in rows["RSA (Spearman ρ)"] and "strong negative correlation" in rows["RSA (Spearman ρ)"]
     assert "one-sided" in rows["RSA p-value"] and "some of the position" in rows["linear probe R²"]
     assert "partly true neighbours" in rows["trustworthiness"]
+
+
+def test_stress_is_graded_on_kruskal_s_own_scale():
+    """Kruskal (1964): 0.2 poor, 0.1 fair, 0.05 good, 0.025 excellent, 0 perfect (an audit found the report one
+    grade more generous: 0.04 read "excellent", 0.15 "fair")."""
+    grades = {v: stress_grade(v) for v in (0.0, 0.01, 0.025, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2, 0.2795)}
+    assert grades == {0.0: "perfect", 0.01: "excellent", 0.025: "excellent", 0.04: "good", 0.05: "good", 0.07: "fair",
+                      0.1: "fair", 0.15: "poor", 0.2: "poor", 0.2795: "worse than poor (above 0.2)"}
+    row = _by_name(readings({"mds_stress": 0.04}))["MDS stress"]
+    assert "good on Kruskal's (1964) scale (0.2 poor, 0.1 fair, 0.05 good, 0.025 excellent, 0 perfect)" in row
 
 
 def test_numbers_never_round_into_a_false_claim():
