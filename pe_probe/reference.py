@@ -2,8 +2,9 @@
 
 Shape distance (Williams et al. 2021, "Generalized shape metrics on neural representations"): both
 tables are centred and scaled to unit Frobenius norm, zero-padded to the same width, and
-d = arccos(sum of singular values of P0^T R0), the angle after the best orthogonal alignment
-(reflections allowed), in radians from 0 (same shape) to pi/2.
+d = arccos(sum of singular values of P0^T R0), the angle after the best orthogonal alignment Q
+(reflections allowed), in radians from 0 (same shape) to pi/2; computed as 2 arcsin(||P0 - R0 Q|| / 2), the same
+angle without arccos's loss of half the digits near 0.
 The unnormalised Procrustes distance min_Q ||Pc - Rc Q||_F (centred, not scaled) is also reported
 because the study used it; it grows with the table's norm, hence with the init sigma, by construction.
 """
@@ -95,20 +96,25 @@ def _centred(x: np.ndarray, width: int) -> np.ndarray:
     return x
 
 
+def _aligned_residual(p: np.ndarray, r: np.ndarray) -> float:
+    """min over orthogonal Q of ||p - r Q||_F, as the norm of the residual at the best Q (from the SVD of r^T p);
+    sqrt(|p|^2 + |r|^2 - 2 nuclear norm) would lose half the digits when the tables nearly agree."""
+    u, _, vt = np.linalg.svd(r.T @ p)
+    return float(np.linalg.norm(p - r @ (u @ vt)))
+
+
 def shape_distance(table: np.ndarray, reference: np.ndarray) -> float:
-    """Angular Procrustes distance between centred, unit-norm tables (radians, 0..pi/2)."""
+    """Angular Procrustes distance between centred, unit-norm tables (radians, 0..pi/2): 2 arcsin of half
+    their aligned residual, which is arccos of the nuclear norm without its loss of precision near 0."""
     width = max(table.shape[1], reference.shape[1])
     p, r = _centred(table, width), _centred(reference, width)
     pn, rn = np.linalg.norm(p), np.linalg.norm(r)
     if pn == 0 or rn == 0:
         return float("nan")
-    nuc = np.linalg.svd((p / pn).T @ (r / rn), compute_uv=False).sum()
-    return float(np.arccos(np.clip(nuc, -1.0, 1.0)))
+    return float(2 * np.arcsin(min(1.0, _aligned_residual(p / pn, r / rn) / 2)))
 
 
 def procrustes_distance(table: np.ndarray, reference: np.ndarray) -> float:
     """Unnormalised Procrustes distance min over orthogonal Q of ||Pc - Rc Q||_F (centred tables)."""
     width = max(table.shape[1], reference.shape[1])
-    p, r = _centred(table, width), _centred(reference, width)
-    nuc = np.linalg.svd(p.T @ r, compute_uv=False).sum()
-    return float(np.sqrt(max(0.0, np.sum(p ** 2) + np.sum(r ** 2) - 2 * nuc)))
+    return _aligned_residual(_centred(table, width), _centred(reference, width))

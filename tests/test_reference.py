@@ -58,10 +58,16 @@ def test_shape_distance_zero_for_similar_copy():
     ref = sinusoid_2d(4, 4, 16)
     q = ortho_group.rvs(16, random_state=1)
     copy = 3.7 * ref @ q + rng.normal(size=16)
-    assert shape_distance(copy, ref) == pytest.approx(0, abs=1e-6)
-    assert shape_distance(ref, copy) == pytest.approx(0, abs=1e-6)
+    # to rounding: arccos of the nuclear norm gave about 3e-8 here (half the digits lost near 0)
+    assert shape_distance(copy, ref) == pytest.approx(0, abs=1e-12)
+    assert shape_distance(ref, copy) == pytest.approx(0, abs=1e-12)
+    assert shape_distance(ref, ref) == pytest.approx(0, abs=1e-14)
     # zero padding: a reference of another width that spans the same configuration
-    assert shape_distance(np.hstack([copy, np.zeros((16, 4))]), ref) == pytest.approx(0, abs=1e-6)
+    assert shape_distance(np.hstack([copy, np.zeros((16, 4))]), ref) == pytest.approx(0, abs=1e-12)
+    # small angles to full precision: one-column tables at angle t (arccos returned 0 or 2e-8 at t = 1e-9)
+    u, w = np.linalg.qr(np.hstack([np.ones((16, 1)), rng.normal(size=(16, 2))]))[0][:, 1:].T  # centred, orthonormal
+    for t in (1e-9, 1e-6, 1e-3, 0.5):
+        assert shape_distance((np.cos(t) * u + np.sin(t) * w)[:, None], u[:, None]) == pytest.approx(t, rel=1e-7)
 
 
 def test_shape_distance_orthogonal_content_and_by_hand():
@@ -87,7 +93,8 @@ def test_procrustes_distance():
     rng = np.random.default_rng(3)
     ref = sinusoid_2d(4, 4, 8)
     q = ortho_group.rvs(8, random_state=4)
-    assert procrustes_distance(ref @ q + 2, ref) == pytest.approx(0, abs=1e-6)
+    assert procrustes_distance(ref @ q + 2, ref) == pytest.approx(0, abs=1e-12)  # was 3e-7: sqrt of a difference
+    assert procrustes_distance(ref, ref) == pytest.approx(0, abs=1e-14)
     table = ref + 0.3 * rng.normal(size=ref.shape)
     ds = [procrustes_distance(s * table, ref) for s in (1, 2, 4, 8, 16)]
     assert all(b > a for a, b in zip(ds, ds[1:]))
