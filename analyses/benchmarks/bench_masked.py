@@ -162,7 +162,7 @@ def report(rows: list[dict], device: torch.device, loads: list[float], args, arg
     lines = [
         "# Masked-prediction trainer (netsim, brain): speed options",
         "",
-        f"Written by `{command_line('bench_masked.py', argv)}` (raw numbers: `masked.csv`). "
+        f"Written by `{command_line('bench_masked.py', argv)}` (raw numbers: `masked{device_suffix(device)}.csv`). "
         + "It times " + (__doc__.split("What it times: ", 1)[1].strip().replace("\n", " ")),
         f"Device: {device.type}; machine: {machine(device)}.",
         f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f}.",

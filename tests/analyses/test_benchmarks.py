@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end at toy sizes and write what the reports quote."""
 
+import argparse
 import csv
 import sys
 import tarfile
@@ -248,7 +249,7 @@ def test_bench_attention_writes_every_path_for_every_shape(tmp_path):
     assert "fused SDPA" in (tmp_path / "attention.md").read_text()
 
 
-def test_bench_masked_times_the_trainers_step_per_task_preset_and_speed_option(tmp_path):
+def test_bench_masked_times_the_trainers_step_per_task_preset_and_speed_option(tmp_path, monkeypatch):
     import bench_masked
 
     from trainers.evaluate import cpu_has_bf16
@@ -262,6 +263,10 @@ def test_bench_masked_times_the_trainers_step_per_task_preset_and_speed_option(t
     assert all(float(r["windows_per_s"]) >= float(r["worst_round"]) > 0 for r in rows)
     assert all(float(r["x_eager"]) == 1.0 for r in rows if r["config"] == "eager")
     assert "paper run" in (tmp_path / "masked.md").read_text()
+    assert "(raw numbers: `masked.csv`)" in (tmp_path / "masked.md").read_text()
+    monkeypatch.setattr(bench_masked, "machine", lambda device: "a GPU")  # no CUDA to ask here
+    cuda = bench_masked.report([], torch.device("cuda"), [0.0], argparse.Namespace(), argv, {})
+    assert "(raw numbers: `masked_cuda.csv`)" in cuda  # the file a GPU run writes (it named masked.csv)
 
 
 def test_bench_masked_projects_a_paper_run_from_the_paper_config():
