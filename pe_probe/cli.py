@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser
+from .errors import InputError, OneLineArgumentParser, os_error_message
 
 EPILOG_ANALYZE = """\
 examples:
@@ -356,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    except OSError as exc:  # a path the user gave cannot be read or written (permissions, a name too long, ...)
+        msg = os_error_message(exc)
+        if msg is None:
+            raise
+        sys.stderr.write(f"pe-probe: error: {msg}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("pe-probe: interrupted\n")
         return 130

@@ -1,6 +1,7 @@
 """Exceptions that separate bad user input (exit code 2) from internal errors (exit code 1)."""
 
 import argparse
+import errno
 import re
 import sys
 from typing import NoReturn
@@ -31,6 +32,29 @@ def first_line(e: BaseException) -> str:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# OSErrors that mean a path the user gave cannot be used as given, and what to do about each
+_PATH_FIXES = {
+    errno.EACCES: "check its permissions, or run as a user who may read (or write) it",
+    errno.EPERM: "check its permissions, or run as a user who may read (or write) it",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows (255 bytes); use a shorter one",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; check the path",
+    errno.EISDIR: "it is a folder; pass a file",
+    errno.ELOOP: "the path loops through symbolic links; check them",
+    errno.EROFS: "the file system is read-only; choose a folder on a writable one",
+}
+
+
+def os_error_message(exc: OSError) -> str | None:
+    """One line for an OSError caused by a path the user gave (no permission, a name too long, ...), naming
+    the path and the fix; None for other OS errors (a full disk, an I/O error), which are not bad input."""
+    fix = _PATH_FIXES.get(exc.errno)
+    if fix is None:
+        return None
+    path = exc.filename if exc.filename is not None else "a path"
+    shown = repr(str(path)) if any(c in str(path) for c in "\n\r") else str(path)
+    return f"{shown}: {exc.strerror or 'cannot be used'}; {fix}"
 
 
 def torch_load_reason(e: BaseException) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from .errors import InputError
 
 MARKER = ".pe-probe-output"
+MAX_OUT_NAME = 200  # bytes of --out's last name: staged as ".NAME.staging-PID-XXXXXXXX", at most 255 bytes
 
 
 def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[Any] = (),
@@ -39,6 +40,9 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     out = Path(out)
     if ".." in out.parts:  # RUN/x/../checkpoints is RUN/checkpoints, whether or not RUN/x exists
         out = out.resolve()
+    if len(out.name.encode()) > MAX_OUT_NAME:  # the staging folder beside it carries the name and ~30 bytes more
+        raise InputError(f"--out name {out.name[:40]}... is {len(out.name.encode())} bytes long; the report is staged "
+                         f"beside it under a longer name, and names are limited to 255 bytes: use at most {MAX_OUT_NAME}")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
     resolved = out.resolve()

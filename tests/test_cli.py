@@ -149,9 +149,9 @@ class Evil:
 
 @pytest.mark.parametrize("case", [
     "missing", "n_mismatch", "nan", "few", "one_d", "three_d", "unknown_param", "bad_spec", "bad_csv",
-    "pickle", "bad_method", "bad_metric_option", "bad_positions",
+    "pickle", "bad_method", "bad_metric_option", "bad_positions", "name_too_long", "unreadable",
 ])
-def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys):
+def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     src = tmp_path / "t.npy"
     np.save(src, np.random.default_rng(0).normal(size=(16, 8)))
@@ -192,6 +192,15 @@ def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys):
         extra, needles = ["--pe-metric", "manhattan"], ("manhattan",)
     elif case == "bad_positions":
         extra, needles = ["--positions", "10:2"], ("positions",)
+    elif case == "name_too_long":  # an OSError (ENAMETOOLONG) was a traceback, exit 1
+        src, needles = tmp_path / ("s" * 300 + ".npy"), ("File name too long", "use a shorter one")
+    elif case == "unreadable":  # as root chmod cannot take read access away: the loader's open() is made to fail
+        import builtins
+
+        real_open = builtins.open
+        monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (_ for _ in ()).throw(
+            PermissionError(13, "Permission denied", str(f))) if str(f) == str(src) else real_open(f, *a, **k))
+        needles = ("t.npy: Permission denied; check its permissions",)
     code, _, err = run(["analyze", src, "-g", gt, "--out", out, *extra, *FAST], capsys)
     assert_input_error(code, err, *needles)
     assert not out.exists()

@@ -163,3 +163,27 @@ def test_the_python_api_writes_no_report_over_an_analysis_s_inputs(tmp_path):
             pe_probe.write_analysis(result, out, force=True, figures=False)
     assert (run / "checkpoints" / "step-2.pt").exists()
     assert (pe_probe.write_analysis(result, tmp_path / "report", figures=False) / "metrics.json").exists()
+
+
+def test_an_out_name_too_long_to_stage_beside_is_refused_before_any_work(tmp_path):
+    """A 250-byte name passed the early checks and failed only after the whole analysis, at staging time."""
+    from pe_probe.output import MAX_OUT_NAME
+
+    with pytest.raises(InputError, match=f"is 250 bytes long; .* use at most {MAX_OUT_NAME}"):
+        check_out_dir(tmp_path / ("o" * 250))
+    with staged_dir(tmp_path / ("o" * MAX_OUT_NAME)) as stage:  # the longest allowed name stages fine
+        (stage / "x").write_text("x")
+    assert (tmp_path / ("o" * MAX_OUT_NAME) / "x").exists()
+
+
+def test_os_errors_on_a_user_s_path_become_one_line_with_the_fix():
+    import errno
+
+    from pe_probe.errors import os_error_message
+
+    assert os_error_message(PermissionError(errno.EACCES, "Permission denied", "/x/t.npy")) == (
+        "/x/t.npy: Permission denied; check its permissions, or run as a user who may read (or write) it")
+    assert os_error_message(OSError(errno.ENAMETOOLONG, "File name too long", "a" * 300)).endswith("use a shorter one")
+    assert "'bad\\nname.npy'" in os_error_message(FileNotFoundError(errno.ENOENT, "No such file", "bad\nname.npy"))
+    assert os_error_message(OSError(errno.ENOSPC, "No space left on device", "/x")) is None  # not bad input
+    assert os_error_message(OSError(errno.EIO, "I/O error")) is None

@@ -234,4 +234,8 @@ def test_spectrum_by_hand():
     assert participation_ratio(np.ones(7)) == pytest.approx(7)
     assert participation_ratio(np.array([3.0, 0, 0])) == pytest.approx(1)
     assert participation_ratio(10 * sv) == pytest.approx(participation_ratio(sv), rel=1e-12)
+    # at any scale float64 holds: the fourth powers of 1e100 overflowed (NaN), those of 1e-100 underflowed (0)
+    for scale in (1e100, 1e150, 1e-100):
+        assert participation_ratio(scale * sv) == pytest.approx(participation_ratio(sv), rel=1e-12)
+        np.testing.assert_allclose(explained_variance_ratio(scale * sv), explained_variance_ratio(sv), rtol=1e-12)
     assert participation_ratio(np.zeros(3)) == 0.0
