@@ -112,7 +112,10 @@ def _terminate_as_exit() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
+
     def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
         raise SystemExit(128 + signum)
     wanted = [sig for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig is not None]
     previous = {sig: signal.signal(sig, stop) for sig in wanted}
@@ -121,6 +124,8 @@ def _terminate_as_exit() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if received:  # its SystemExit was swallowed (raised inside a weakref callback or __del__): stop all the same
+        raise SystemExit(128 + received[0])
 
 
 def _remove_abandoned(out: Path) -> None:
