@@ -30,7 +30,9 @@ import numpy as np
 
 from pe_probe.errors import InputError, NoPETableError, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, load_npy, read_number_table
+from pe_probe.filechecks import check_torch_pickle, open_npy, open_npz, show_path
+from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
+from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
 
 CHECKPOINT_FORMAT = "pe-probe-checkpoint/1"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -114,18 +116,22 @@ class LoadedTable:
 class _Store:
     """A source's tensors by name: shapes and dtype kinds known up front, data read on demand.
 
-    ``kinds`` holds numpy dtype kinds: "f" float, "i"/"u" integer, "b" bool, "c" complex.
+    ``kinds`` holds numpy dtype kinds: "f" float, "i"/"u" integer, "b" bool, "c" complex, "q" quantized;
+    ``dtypes`` the dtype names (for messages); ``problems`` why a tensor cannot be read as numbers at all
+    (a sparse layout, a dtype numpy and torch cannot widen), so that choosing it is a one-line error.
     """
 
     shapes: dict[str, tuple[int, ...]]
     kinds: dict[str, str]
     read: Callable[[str], np.ndarray]
+    dtypes: dict[str, str] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> _Store:
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
         return cls({k: tuple(v.shape) for k, v in arrays.items()}, {k: v.dtype.kind for k, v in arrays.items()},
-                   arrays.__getitem__)
+                   arrays.__getitem__, {k: str(v.dtype) for k, v in arrays.items()})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -140,7 +146,15 @@ def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[s
     single unnamed table, stored under the name ``"table"``), ``notes``.
     """
     store, meta = _open(source)
-    return {name: store.read(name) for name in store.shapes}, meta
+    shown = show_path(meta["source"])
+    state = {}
+    for name in store.shapes:  # claimed sizes first: views convert these to float64
+        label = shown if meta["raw"] else f"{name} in {shown}"
+        if name in store.problems:
+            raise InputError(f"{label}: {store.problems[name]}")
+        check_tensor_bytes(store.shapes[name], label)
+        state[name] = store.read(name)
+    return state, meta
 
 
 def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
@@ -177,55 +191,58 @@ def load_table(
     """
     store, meta = _open(source)
     src = os.fspath(source)
+    shown = show_path(src)
     notes: list[str] = list(meta["notes"])
     candidates = _candidates(store)
 
     if meta["raw"]:
         if param is not None:
-            raise InputError(f"{src} holds a single unnamed table; drop --param {param}")
+            raise InputError(f"{shown} holds a single unnamed table; drop --param {param}")
         names = [RAW_NAME]
     elif param is not None:
-        names = [_resolve_param(store, param, src)]
+        names = [_resolve_param(store, param, shown)]
     else:
-        names = _find_pe(store, meta, src)
+        names = _find_pe(store, meta, shown)
     n_layers = len(names)
-    chosen, layer_out = _choose_layer(names, layer, src)
+    chosen, layer_out = _choose_layer(names, layer, shown)
     if n_layers > 1 and layer is None:
         notes.append(f"{n_layers} per-layer tables; analysing layer 0 (use --layer N|mean|all)")
     if n_layers > 1 and not _numbered_from_zero(names):
         notes.append(f"--layer N counts the {n_layers} per-layer tables in order, not the block numbers in their "
                      f"names: {_listing([f'{i}={n}' for i, n in enumerate(names)])}")
 
-    label = (lambda n: src) if meta["raw"] else (lambda n: n)
-    tables = [_as_table(store, name, label(name)) for name in chosen]
+    # Everything up to the size guard works on the shapes the source claims; no tensor data is read yet.
+    labels = {name: shown if meta["raw"] else f"{name} in {shown}" for name in chosen}
+    shapes = {name: _table_shape(store, name, labels[name]) for name in chosen}
     original_shape = store.shapes[chosen[0]]
+    if len(set(shapes.values())) > 1:
+        raise InputError(f"{shown}: per-layer tables differ in shape {sorted(set(shapes.values()))}; pick one with --layer N")
+    n_rows, n_dims = shapes[chosen[0]]
+
+    gt: GroundTruth | None = meta["ground_truth"]
+    extra, note = _extra_tokens(chosen[0], n_rows, meta["config"], drop_extra_tokens, gt, shown)
+    if extra:
+        notes.append(note)
+    start, stop = 0, n_rows - extra
+    span: tuple[int, int] | None = None
+    if positions is not None:
+        start, stop = _parse_positions(positions, n_rows - extra)
+        if gt is not None and gt.n == n_rows - extra:
+            gt = gt.rows(start, stop)
+        span = (start, stop)
+        notes.append(f"analysing positions {start}:{stop}")
+    if stop - start < MIN_POSITIONS:
+        raise InputError(f"{shown}: only {stop - start} positions to analyse; need at least {MIN_POSITIONS} "
+                         f"(check --positions / --param)")
+    check_fits_in_memory(stop - start)  # before reading: a tiny file can claim a huge table
+    check_tensor_bytes((len(chosen), stop - start, n_dims), labels[chosen[0]])
+
+    tables = [_read_rows(store, name, labels[name], extra + start, extra + stop) for name in chosen]
     if len(tables) > 1:
-        shapes = {t.shape for t in tables}
-        if len(shapes) > 1:
-            raise InputError(f"{src}: per-layer tables differ in shape {sorted(shapes)}; pick one with --layer N")
         table = np.mean(tables, axis=0)
         notes.append(f"averaged {len(tables)} per-layer tables")
     else:
         table = tables[0]
-
-    gt: GroundTruth | None = meta["ground_truth"]
-    extra, note = _extra_tokens(chosen[0], table.shape[0], meta["config"], drop_extra_tokens, gt, src)
-    if extra:
-        table = table[extra:]
-        notes.append(note)
-
-    span: tuple[int, int] | None = None
-    if positions is not None:
-        start, stop = _parse_positions(positions, table.shape[0])
-        if gt is not None and gt.n == table.shape[0]:
-            gt = gt.rows(start, stop)
-        table = table[start:stop]
-        span = (start, stop)
-        notes.append(f"analysing positions {start}:{stop}")
-    if table.shape[0] < MIN_POSITIONS:
-        raise InputError(f"{src}: only {table.shape[0]} positions to analyse; need at least {MIN_POSITIONS} "
-                         f"(check --positions / --param)")
-
     table = np.ascontiguousarray(table, dtype=np.float64)
     centred = _row_centred(table)
     if centred:
@@ -246,8 +263,9 @@ def load_table(
 def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
     """Dispatch on the kind of source; returns a lazy store and the metadata dict."""
     path = Path(os.fspath(source))
+    label = show_path(path)
     if not path.exists():
-        raise InputError(f"{path}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
+        raise InputError(f"{label}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
                          f".npy, .npz, .csv or .pt file")
     meta: dict[str, Any] = {"source": os.fspath(source), "source_kind": "", "sha256": "", "config": None,
                             "pe_params": None, "ground_truth": None, "step": None, "epoch": None, "metrics": None,
@@ -256,25 +274,20 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
         return _open_hf_folder(path, meta)
     suffix = path.suffix.lower()
     meta["sha256"] = sha256_file(path)
-    if suffix in (".npy", ".csv", ".txt", ".tsv"):
-        meta.update(source_kind="csv" if suffix != ".npy" else "npy", raw=True)
-        arr = load_npy(path, "table") if suffix == ".npy" else read_number_table(path, header=True, what="table")
-        if arr.dtype.kind not in "biuf":
-            raise InputError(f"{path}: holds {arr.dtype} values, not numbers")
-        return _Store.from_arrays({RAW_NAME: arr}), meta
-    if suffix == ".npz":
+    if suffix == ".npy":  # header first: its claimed size is checked before any data is read
+        meta.update(source_kind="npy", raw=True)
+        shape, dtype, read_npy = open_npy(path, "table")
+        if dtype.kind not in "biuf":
+            raise InputError(f"{label}: holds {dtype} values, not numbers; save the table as floats")
+        return _Store({RAW_NAME: shape}, {RAW_NAME: dtype.kind}, lambda _: read_npy(), {RAW_NAME: str(dtype)}), meta
+    if suffix in (".csv", ".txt", ".tsv"):
+        meta.update(source_kind="csv", raw=True)
+        return _Store.from_arrays({RAW_NAME: read_number_table(path, header=True, what="table")}), meta
+    if suffix == ".npz":  # members are read lazily: only the one(s) analysed, after the size guard
         meta["source_kind"] = "npz"
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
-        except ValueError as e:
-            raise InputError(f"{path}: not a plain numeric .npz ({_first_line(e)}); save numbers with np.savez") from None
-        except (EOFError, OSError, zipfile.BadZipFile) as e:
-            raise InputError(f"{path}: not a readable .npz file (empty or truncated: {_first_line(e)}); "
-                             f"save numbers with np.savez") from None
-        if not arrays:
-            raise InputError(f"{path}: the .npz holds no arrays")
-        return _Store.from_arrays(arrays), meta
+        members = open_npz(path)
+        return _Store({k: m[0] for k, m in members.items()}, {k: m[1].kind for k, m in members.items()},
+                      lambda k: members[k][2](), {k: str(m[1]) for k, m in members.items()}), meta
     if suffix == ".safetensors":
         meta["source_kind"] = "safetensors"
         meta["config"] = _sibling_config(path)
@@ -282,18 +295,24 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
     if suffix in TORCH_SUFFIXES:
         meta["config"] = _sibling_config(path)
         return _from_torch_object(_torch_load(path), path, meta)
-    raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .pt/.pth/.bin, .safetensors, "
+    raise InputError(f"{label}: unsupported file type {suffix or '(none)'}; use .pt/.pth/.bin, .safetensors, "
                      f".npy, .npz, .csv, .txt or a Hugging Face model folder")
 
 
 def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:
-    """A Hugging Face model folder: config.json plus safetensors or PyTorch weights (maybe sharded)."""
+    """A Hugging Face model folder: config.json plus safetensors or PyTorch weights (maybe sharded).
+
+    A sharded model's index (``*.index.json``) is authoritative, as in transformers: each tensor is read
+    from the shard its ``weight_map`` names, a tensor a shard holds but the index does not list is
+    ignored (a note counts them), and a listed tensor missing from its shard is an error.
+    """
     meta["source_kind"] = "hf-folder"
     config_path = folder / "config.json"
     if config_path.is_file():
         meta["config"] = _read_json(config_path)
     for single, index in (("model.safetensors", "model.safetensors.index.json"),
                           ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        weight_map = None
         if (folder / single).is_file():
             files = [folder / single]
         elif (folder / index).is_file():
@@ -316,9 +335,12 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
             continue
         meta["sha256"] = sha256_file(*files)
         if files[0].suffix == ".safetensors":
-            return _open_safetensors(files), meta
-        stores = [_from_torch_object(_torch_load(f), f, dict(meta))[0] for f in files]
-        return _merge(stores), meta
+            stores = [_open_safetensors([f]) for f in files]
+        else:
+            stores = [_from_torch_object(_torch_load(f), f, {**meta, "notes": []})[0] for f in files]
+        if weight_map is None:
+            return _merge(stores), meta
+        return _by_index(dict(zip(files, stores)), weight_map, folder, folder / index, meta["notes"]), meta
     hint = ""
     if (folder / "last.pt").exists():
         hint = (f" (a training run folder: analyse {folder / 'last.pt'}, or compare the run's checkpoints with "
@@ -327,6 +349,25 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
         hint = f" (a folder of runs: pass each run's last.pt, or compare them with pe-probe compare {folder}/*/)"
     raise InputError(f"{folder}: no model.safetensors or pytorch_model.bin in this folder; give a Hugging Face "
                      f"model folder with PyTorch or safetensors weights{hint}")
+
+
+def _by_index(stores: dict[Path, _Store], weight_map: dict[str, str], folder: Path, index: Path,
+              notes: list[str]) -> _Store:
+    """One store of the tensors an HF index lists, each from the shard the index names for it."""
+    owner: dict[str, _Store] = {}
+    for name, shard in weight_map.items():
+        store = stores[folder / shard]
+        if name not in store.shapes:
+            raise InputError(f"{show_path(index)}: lists tensor {name!r} in {shard}, which does not hold it; "
+                             f"download the model (its index and shards) again")
+        owner[name] = store
+    unlisted = {n for s in stores.values() for n in s.shapes} - set(owner)
+    if unlisted:
+        notes.append(f"ignored {len(unlisted)} tensor(s) that the shards hold but the index does not list "
+                     f"(e.g. {sorted(unlisted)[0]}): the index is authoritative, as in transformers")
+    return _Store({n: owner[n].shapes[n] for n in owner}, {n: owner[n].kinds[n] for n in owner},
+                  lambda n: owner[n].read(n), {n: owner[n].dtypes.get(n, "") for n in owner},
+                  {n: owner[n].problems[n] for n in owner if n in owner[n].problems})
 
 
 def _open_safetensors(files: list[Path]) -> _Store:
@@ -341,15 +382,21 @@ def _open_safetensors(files: list[Path]) -> _Store:
             dtypes = {n: handle.get_slice(n).get_dtype() for n in names}
             shapes = {n: tuple(handle.get_slice(n).get_shape()) for n in names}
         except (SafetensorError, OSError) as e:
-            raise InputError(f"{f}: not a readable .safetensors file ({e})") from None
+            raise InputError(f"{show_path(f)}: not a readable .safetensors file ({e})") from None
 
         def read(name: str, handle=handle, f=f, dtypes=dtypes) -> np.ndarray:
-            if dtypes[name].startswith(("BF", "F8")):  # numpy has no bfloat16 / float8
-                with safe_open(str(f), framework="pt") as pt:
-                    return pt.get_tensor(name).float().numpy()
-            return handle.get_tensor(name)
+            try:
+                if dtypes[name] in _ST_VIA_TORCH:  # numpy has no bfloat16 / float8
+                    with safe_open(str(f), framework="pt") as pt:
+                        return pt.get_tensor(name).float().numpy()
+                return handle.get_tensor(name)
+            except (SafetensorError, TypeError, AttributeError, RuntimeError) as e:
+                raise InputError(f"{name} in {show_path(f)}: unsupported dtype {dtypes[name]} ({_first_line(e)}); "
+                                 f"convert the table to float (float32) and save it again") from None
 
-        stores.append(_Store(shapes, {n: _safetensors_kind(d) for n, d in dtypes.items()}, read))
+        problems = {n: f"unsupported dtype {d}; convert the table to float (float32) and save it again"
+                    for n, d in dtypes.items() if d not in _ST_VIA_NUMPY and d not in _ST_VIA_TORCH}
+        stores.append(_Store(shapes, {n: _safetensors_kind(d) for n, d in dtypes.items()}, read, dict(dtypes), problems))
     return _merge(stores)
 
 
@@ -359,6 +406,8 @@ def _torch_load(path: Path) -> Any:
 
     import warnings
 
+    check_torch_pickle(path)  # a crafted multi-MB pickle would take minutes to unpickle
+    label = show_path(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Detected pickle protocol 4" chatter
@@ -366,18 +415,19 @@ def _torch_load(path: Path) -> Any:
     except pickle.UnpicklingError as e:
         # Either way nothing ran; the wording only tells a corrupt file from one that holds code.
         if _pickle_has_code(path):
-            raise InputError(f"{path}: refused to load: the file contains pickled code (only tensors are allowed). "
-                             f"Re-save it with torch.save(model.state_dict()) or as .safetensors") from None
-        raise InputError(f"{path}: not a readable torch file (corrupt, truncated, not written by torch.save, or it "
+            raise InputError(f"{label}: refused to load: the file contains pickled code or objects the weights-only reader "
+                             f"does not allow (only tensors and plain containers are allowed). Re-save it with "
+                             f"torch.save(model.state_dict()) or as .safetensors") from None
+        raise InputError(f"{label}: not a readable torch file (corrupt, truncated, not written by torch.save, or it "
                          f"holds objects other than tensors and plain containers: {torch_load_reason(e)}); re-save the "
                          f"tensors with torch.save(model.state_dict()) or as .safetensors") from None
     except EOFError:
-        raise InputError(f"{path}: not a readable torch file (it ends too early: empty or truncated); "
+        raise InputError(f"{label}: not a readable torch file (it ends too early: empty or truncated); "
                          f"re-save or re-download it") from None
     except (RuntimeError, OSError) as e:
-        raise InputError(f"{path}: not a readable torch file ({torch_load_reason(e)}); re-save or re-download it") from None
+        raise InputError(f"{label}: not a readable torch file ({torch_load_reason(e)}); re-save or re-download it") from None
     except Exception as e:  # a corrupt stream can fail anywhere in the unpickler (KeyError, IndexError, ...)
-        raise InputError(f"{path}: not a readable torch file (corrupt, or not written by torch.save: "
+        raise InputError(f"{label}: not a readable torch file (corrupt, or not written by torch.save: "
                          f"{type(e).__name__})") from None
 
 
@@ -387,11 +437,15 @@ LEGACY_PICKLES = 5
 
 
 def _pickle_has_code(path: Path) -> bool:
-    """Scan (never execute) the pickle streams of a torch or plain pickle file for calls to globals
-    other than torch's own rebuild helpers; such a file would run code if unpickled. A zip torch
-    file has one stream (data.pkl); a legacy one several in a row, then raw bytes (scanning stops there)."""
+    """Scan (never execute) the pickle streams of a torch or plain pickle file for globals the weights-only
+    reader does not allow (anything but torch's own rebuild helpers, dtypes, storages and plain containers:
+    ``torch.hub.load`` or a numpy function too); such a file would run code or build arbitrary objects if
+    unpickled. A zip torch file has one stream (data.pkl); a legacy one several in a row, then raw bytes
+    (scanning stops there)."""
     import io as _io
     import pickletools
+
+    allowed = _weights_only_globals()
 
     try:
         if zipfile.is_zipfile(path):
@@ -412,8 +466,12 @@ def _pickle_has_code(path: Path) -> bool:
                 if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"):
                     pending = (pending + [str(arg)])[-2:]
                 elif op.name == "GLOBAL" or op.name == "STACK_GLOBAL":
-                    name = str(arg) if op.name == "GLOBAL" else " ".join(pending)
-                    if not name.replace(" ", ".").startswith(("torch", "collections.OrderedDict", "_codecs", "numpy")):
+                    name = (str(arg) if op.name == "GLOBAL" else " ".join(pending)).replace(" ", ".")
+                    if allowed:
+                        refused = name not in allowed
+                    else:  # a torch that does not list them: its own helpers and the usual containers only
+                        refused = not name.startswith(("torch.", "collections.OrderedDict", "_codecs.encode"))
+                    if refused:
                         return True
                 elif op.name in ("INST", "OBJ"):
                     return True
@@ -422,46 +480,57 @@ def _pickle_has_code(path: Path) -> bool:
     return False
 
 
+def _weights_only_globals() -> set[str]:
+    """The ``module.name`` globals torch's weights-only unpickler accepts (empty if this torch does not say)."""
+    try:
+        from torch import _weights_only_unpickler as wou
+
+        return {str(k) for k in wou._get_allowed_globals()}
+    except (ImportError, AttributeError, TypeError):
+        return set()
+
+
 def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:
     """Turn what ``torch.load`` returned (tensor, our checkpoint, plain or nested state_dict) into a store."""
     import torch
 
+    path_shown = show_path(path)
     if not meta["source_kind"]:
         meta["source_kind"] = "state_dict"
     if isinstance(obj, torch.Tensor):
         meta.update(source_kind="tensor", raw=True)
-        return _torch_store({RAW_NAME: obj}), meta
+        return _torch_store({RAW_NAME: obj}, path_shown), meta
     if not isinstance(obj, dict):
-        raise InputError(f"{path}: holds a {type(obj).__name__}, expected a tensor or a dict of tensors")
+        raise InputError(f"{path_shown}: holds a {type(obj).__name__}, expected a tensor or a dict of tensors")
     fmt = obj.get("format")
     if isinstance(fmt, str) and fmt.startswith("pe-probe-checkpoint"):
         if fmt != CHECKPOINT_FORMAT:
-            raise InputError(f"{path}: checkpoint format {fmt!r} is not supported (this pe-probe reads "
+            raise InputError(f"{path_shown}: checkpoint format {fmt!r} is not supported (this pe-probe reads "
                              f"{CHECKPOINT_FORMAT}); upgrade pe-probe")
         if not isinstance(obj.get("model"), dict):
-            raise InputError(f"{path}: pe-probe checkpoint without a 'model' state_dict; re-save it")
+            raise InputError(f"{path_shown}: pe-probe checkpoint without a 'model' state_dict; re-save it")
         config, pe_params = obj.get("config"), obj.get("pe_params") or []
         if config is not None and not isinstance(config, dict):
-            raise InputError(f"{path}: its 'config' is a {type(config).__name__}, not a mapping; re-save the checkpoint")
+            raise InputError(f"{path_shown}: its 'config' is a {type(config).__name__}, not a mapping; re-save the checkpoint")
         if not isinstance(pe_params, (list, tuple)) or not all(isinstance(n, str) for n in pe_params):
-            raise InputError(f"{path}: its 'pe_params' is not a list of tensor names; re-save the checkpoint, "
+            raise InputError(f"{path_shown}: its 'pe_params' is not a list of tensor names; re-save the checkpoint, "
                              f"or pick the table with --param NAME")
         meta.update(source_kind="pe-probe-checkpoint", config=config,
                     pe_params=list(pe_params), step=_int_or_none(obj.get("step")),
                     epoch=_int_or_none(obj.get("epoch")), metrics=obj.get("metrics"))
         if obj.get("ground_truth") is not None:
             meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"])
-        return _torch_store(_flatten(obj["model"])), meta
+        return _torch_store(_flatten(obj["model"]), path_shown), meta
     for key in ("state_dict", "model_state_dict", "model", "module", "model_ema", "ema"):
         inner = obj.get(key)
         if isinstance(inner, dict) and _flatten(inner):
             if meta["source_kind"] == "state_dict":
                 meta["notes"].append(f"using the state_dict under the {key!r} entry")
-            return _torch_store(_flatten(inner)), meta
+            return _torch_store(_flatten(inner), path_shown), meta
     tensors = _flatten(obj)
     if not tensors:
-        raise InputError(f"{path}: the dict holds no tensors; expected a state_dict")
-    return _torch_store(tensors), meta
+        raise InputError(f"{path_shown}: the dict holds no tensors; expected a state_dict")
+    return _torch_store(tensors, path_shown), meta
 
 
 def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
@@ -478,25 +547,47 @@ def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _torch_store(tensors: dict[str, Any]) -> _Store:
+# An expanded (stride-0) tensor can claim far more elements than its storage holds: refused when reading
+# it would mean more than this many elements and more than 16 times its stored bytes.
+_EXPANDED_MIN_NUMEL = 1 << 20
+
+
+def _torch_store(tensors: dict[str, Any], where: str = "") -> _Store:
+    """A store over torch tensors; reading gives numpy views of them (no copy for float16/32/64)."""
+    import torch
+
     def kind(t: Any) -> str:
+        if t.is_quantized:
+            return "q"
         if t.dtype.is_floating_point:
             return "f"
         if t.dtype.is_complex:
             return "c"
-        return "b" if str(t.dtype) == "torch.bool" else "i"
+        return "b" if t.dtype == torch.bool else "i"
+
+    problems = {n: f"is a sparse tensor ({str(t.layout).replace('torch.', '')} layout, shape {tuple(t.shape)}), which "
+                   f"pe-probe does not read; save it dense (tensor.to_dense()) and pass that file"
+                for n, t in tensors.items() if t.layout != torch.strided}
+
+    def label(name: str) -> str:
+        return f"{name} in {where}" if where else name
 
     def read(name: str) -> np.ndarray:
-        import torch
-
+        if name in problems:
+            raise InputError(f"{label(name)}: {problems[name]}")
         t = tensors[name].detach().cpu()
+        stored = t.untyped_storage().nbytes()
+        if t.numel() > _EXPANDED_MIN_NUMEL and t.numel() * t.element_size() > 16 * stored:
+            raise InputError(f"{label(name)}: claims {t.numel():,} elements (shape {tuple(t.shape)}) but stores only {stored:,} "
+                             f"bytes (an expanded, stride-0 tensor); save it with tensor.contiguous()")
         if t.is_quantized:
             t = t.dequantize()
         if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32, torch.float64):
             t = t.float()  # bfloat16 / float8 have no numpy dtype
         return t.numpy()
 
-    return _Store({n: tuple(t.shape) for n, t in tensors.items()}, {n: kind(t) for n, t in tensors.items()}, read)
+    return _Store({n: tuple(t.shape) for n, t in tensors.items()}, {n: kind(t) for n, t in tensors.items()}, read,
+                  {n: str(t.dtype).replace("torch.", "") for n, t in tensors.items()}, problems)
 
 
 def _merge(stores: list[_Store]) -> _Store:
@@ -504,7 +595,8 @@ def _merge(stores: list[_Store]) -> _Store:
         return stores[0]
     owner = {name: s for s in stores for name in s.shapes}
     return _Store({n: owner[n].shapes[n] for n in owner}, {n: owner[n].kinds[n] for n in owner},
-                  lambda n: owner[n].read(n))
+                  lambda n: owner[n].read(n), {n: owner[n].dtypes.get(n, "") for n in owner},
+                  {n: owner[n].problems[n] for n in owner if n in owner[n].problems})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -623,25 +715,59 @@ def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[
 
 
 def _as_table(store: _Store, name: str, label: str) -> np.ndarray:
-    """Read one tensor as a finite 2-D float table, squeezing leading singleton dims."""
+    """Read one tensor as a finite 2-D float table, squeezing leading singleton dims (all its rows)."""
+    rows, _ = _table_shape(store, name, label)
+    check_tensor_bytes(store.shapes[name], label)
+    return _read_rows(store, name, label, 0, rows)
+
+
+def _table_shape(store: _Store, name: str, label: str) -> tuple[int, int]:
+    """The (rows, dims) a tensor would give as a table, from its claimed dtype and shape alone (nothing is read);
+    InputError when it cannot be a table."""
     shape = store.shapes[name]
     raw = name == RAW_NAME  # a bare array (.npy/.csv): integers are numbers like any other
-    if store.kinds[name] != "f" and not (raw and store.kinds[name] in "iu"):
+    kind, dtype = store.kinds[name], store.dtypes.get(name, "")
+    dtype_note = f"{dtype}, " if dtype else ""
+    if name in store.problems:
+        raise InputError(f"{label}: {store.problems[name]}")
+    if kind != "f" and not (raw and kind in "iu"):
         fix = "save the table as floats" if raw else "pass --param NAME of a float table"
-        raise InputError(f"{label}: is an integer/bool tensor (shape {shape}), e.g. position ids, not a PE table; {fix}")
-    arr = np.asarray(store.read(name))
-    while arr.ndim > 2 and arr.shape[0] == 1:
-        arr = arr[0]
-    if arr.ndim != 2:
+        if kind == "c":
+            raise InputError(f"{label}: is a complex tensor ({dtype_note}shape {shape}), not a real-valued PE table; "
+                             f"{'save its real part as floats' if raw else fix}")
+        if kind == "q":
+            raise InputError(f"{label}: is a quantized tensor ({dtype_note}shape {shape}); save it dequantized "
+                             f"(tensor.dequantize()) as floats, or {fix}")
+        if kind in "iub":
+            raise InputError(f"{label}: is an integer/bool tensor ({dtype_note}shape {shape}), e.g. position ids, not a "
+                             f"PE table; {fix}")
+        raise InputError(f"{label}: holds {dtype or kind} values, not numbers; {fix}")
+    dims = list(shape)
+    while len(dims) > 2 and dims[0] == 1:
+        dims = dims[1:]
+    if len(dims) != 2:
         fix = "reshape it to (positions, dims) and save it again" if raw else "pass --param NAME of such a tensor"
         raise InputError(f"{label}: has shape {shape}; a PE table must be 2-D (positions x dims) after dropping "
                          f"leading 1s; {fix}")
-    if arr.shape[1] == 0:
+    if dims[1] == 0:
         fix = "save a table with at least one column" if raw else "pass --param NAME of a real table"
         raise InputError(f"{label}: has shape {shape}, no dimensions per position; {fix}")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.argwhere(~np.isfinite(arr))[0, 0])
+    return dims[0], dims[1]
+
+
+def _read_rows(store: _Store, name: str, label: str, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop-1 of a tensor checked by `_table_shape`, as finite float64 of a sane magnitude.
+
+    Only those rows are converted (memory-mapped sources read only them)."""
+    arr = store.read(name)
+    while arr.ndim > 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    arr = np.array(arr[start:stop], dtype=np.float64)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = int(np.argwhere(~finite)[0, 0]) + start
         raise InputError(f"{label}: contains NaN or Inf (first in row {bad}); the table must be finite")
+    check_magnitude(arr, label)
     return arr
 
 
@@ -678,7 +804,8 @@ def _vit_like(name: str, config: dict | None) -> bool:
     config = config or {}
     if str(config.get("model_type", "")).lower() in _VIT_TYPES:
         return True
-    archs = " ".join(config.get("architectures") or [])
+    archs = config.get("architectures") or []
+    archs = " ".join(map(str, archs)) if isinstance(archs, (list, tuple)) else str(archs)
     return bool(_VIT_NAME.search(name) or re.search(r"vit|deit|beit|dino", archs, re.IGNORECASE))
 
 
@@ -747,9 +874,17 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+# safetensors dtypes pe-probe reads: through numpy, or through torch (widened to float32). Others (F4, F6_E2M3,
+# ... packed sub-byte floats) are named in a one-line error when chosen.
+_ST_VIA_NUMPY = {"F64", "F32", "F16", "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64", "BOOL"}
+_ST_VIA_TORCH = {"BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"}
+
+
 def _safetensors_kind(dtype: str) -> str:
     if dtype.startswith(("F", "BF")):
         return "f"
+    if dtype.startswith("C"):
+        return "c"
     if dtype == "BOOL":
         return "b"
     return "u" if dtype.startswith("U") else "i"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import InputError
@@ -30,7 +32,21 @@ def check_table(table, name: str = "table") -> np.ndarray:
     if bad.any():
         r, c = np.argwhere(bad)[0]
         raise InputError(f"{name}: contains {int(bad.sum())} NaN/Inf values (first at row {r}, column {c}); clean the table before analysing it")
+    check_magnitude(arr, name)
     return arr
+
+
+# Squared distances of values above this overflow float64 (1e308) once summed over dims: every metric
+# would come out NaN/Inf, with a cascade of RuntimeWarnings. No real PE table comes near it.
+MAX_ABS_VALUE = 1e150
+
+
+def check_magnitude(arr: np.ndarray, name: str = "table") -> None:
+    """Refuse (InputError) finite values too large for the analysis's float64 arithmetic, before any of it runs."""
+    big = float(np.max(np.abs(arr))) if arr.size else 0.0
+    if big > MAX_ABS_VALUE:
+        raise InputError(f"{name}: holds values up to {big:.3g} in magnitude, which overflow float64 arithmetic (squared "
+                         f"distances); rescale the table (e.g. divide it by its largest value) and save it again")
 
 
 def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.ndarray:
@@ -95,3 +111,15 @@ def check_fits_in_memory(n: int, memory: int | None = None) -> None:
     if memory and need > memory:
         raise InputError(f"{n:,} positions need about {need / 2**30:,.0f} GiB for the analysis's N x N matrices, more than "
                          f"this machine's {memory / 2**30:,.0f} GiB; analyse a slice of the table with --positions A:B")
+
+
+def check_tensor_bytes(shape: tuple[int, ...], name: str, memory: int | None = None) -> None:
+    """Refuse (InputError) a tensor whose float64 copy would take more than half of ``memory`` (default: this
+    machine's), from its shape alone: a tiny file can claim a huge shape (an expanded, stride-0 tensor, a
+    header that lies), and converting it would exhaust memory before any other check ran."""
+    memory = physical_memory() if memory is None else memory
+    need = math.prod(shape) * 8
+    if memory and need > memory // 2:
+        raise InputError(f"{name}: a tensor of shape {tuple(shape)} needs about {need / 2**30:,.0f} GiB as float64, more than "
+                         f"half this machine's {memory / 2**30:,.0f} GiB; pass a smaller table (or check the file: its "
+                         f"header may claim more than it holds)")

@@ -529,3 +529,26 @@ def test_hf_sharded_pytorch_bin(tmp_path, grid_table) -> None:
     expected = hashlib.sha256(b"".join((folder / f).read_bytes() for f in dict.fromkeys(index["weight_map"].values())))
     assert meta["sha256"] == expected.hexdigest()
     np.testing.assert_allclose(load_table(folder).table, grid_table)
+
+
+def test_hf_shard_index_is_authoritative(tmp_path, grid_table) -> None:
+    """Each tensor comes from the shard the index names (as in transformers); unlisted ones are ignored."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    save_file({"transformer.wpe.weight": torch.tensor(grid_table, dtype=torch.float32)},
+              str(folder / "model-00001-of-00002.safetensors"))
+    save_file({"transformer.wpe.weight": torch.zeros(16, 8), "x": torch.ones(2, 2), "y": torch.ones(3)},  # stale wpe
+              str(folder / "model-00002-of-00002.safetensors"))
+    index = {"weight_map": {"transformer.wpe.weight": "model-00001-of-00002.safetensors",
+                            "x": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    lt = load_table(folder)
+    np.testing.assert_allclose(lt.table, grid_table, rtol=1e-6)  # shard 2's zeros won before
+    assert any("ignored 1 tensor(s)" in n and "(e.g. y)" in n for n in lt.notes)
+    assert set(load_state(folder)[0]) == {"transformer.wpe.weight", "x"}
+    # an index naming a tensor its shard does not hold: refused, not another tensor analysed instead
+    index["weight_map"] = {"transformer.wpe.weight": "model-00002-of-00002.safetensors", "pos": "model-00002-of-00002.safetensors"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(InputError, match=r"lists tensor 'pos' in model-00002-of-00002.safetensors, which does not hold it"):
+        load_table(folder)

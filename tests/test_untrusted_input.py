@@ -153,3 +153,128 @@ def test_vit_ground_truth_counting_the_cls_row_gets_a_hint(tmp_path, capsys):
     torch.save({"pos_embed": torch.tensor(pe), "cls_token": torch.zeros(1, 1, 8)}, tmp_path / "vit.pth")
     refuse(["analyze", tmp_path / "vit.pth", "-g", "line:17", *FAST], capsys, "--drop-extra-tokens 0")
     assert zipfile.is_zipfile(tmp_path / "vit.pth")
+
+
+# ------------------------------------------------- files whose headers claim more than they hold (QA fuzzing)
+
+
+def _npy_header_only(shape, descr="<f8") -> bytes:
+    """A .npy header claiming ``shape``, followed by 64 bytes of data: a file that lies about its size."""
+    hdr = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)}, }}"
+    hdr += " " * (118 - len(hdr)) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(hdr).to_bytes(2, "little") + hdr.encode() + bytes(64)
+
+
+def test_tiny_files_claiming_huge_tables_are_refused_before_reading(tmp_path, capsys):
+    # a 1 KB torch zip holding an expanded (stride-0) tensor: converting it used to raise MemoryError
+    torch.save({"wpe.weight": torch.zeros(1, 1).expand(10**6, 10**7)}, tmp_path / "stride0.pt")
+    assert (tmp_path / "stride0.pt").stat().st_size < 4096
+    refuse(["analyze", tmp_path / "stride0.pt", "-g", "line:16", *FAST], capsys, "1,000,000 positions need about")
+    refuse(["analyze", tmp_path / "stride0.pt", "-g", "line:16", "--positions", "0:16", *FAST], capsys,
+           "an expanded, stride-0 tensor")
+    # a 200-byte .npy whose header claims 10^11 rows
+    (tmp_path / "hdr.npy").write_bytes(_npy_header_only((10**11, 2)))
+    err = refuse(["analyze", tmp_path / "hdr.npy", "-g", "line:16", *FAST], capsys, "header claims 1,600,000,000,000 bytes")
+    assert "the file holds 64" in err and "truncated or crafted" in err
+    refuse(["analyze", tmp_path / "hdr.npy", "-g", "line:16", *FAST], capsys, "truncated or crafted")
+    # the same header as an .npz member
+    with zipfile.ZipFile(tmp_path / "hdr.npz", "w") as zf:
+        zf.writestr("wpe.npy", _npy_header_only((2 * 10**11, 2)))
+    refuse(["analyze", tmp_path / "hdr.npz", "-g", "line:16", *FAST], capsys, "(array 'wpe'): its header claims")
+
+
+def test_npz_members_are_read_only_when_chosen(tmp_path):
+    from pe_probe.io import load_table
+
+    np.savez(tmp_path / "two.npz", pos_embed=np.random.default_rng(0).normal(size=(16, 4)), junk=np.ones((64, 64)))
+    data = bytearray((tmp_path / "two.npz").read_bytes())
+    start = data.index(b"\x93NUMPY", data.index(b"junk.npy")) + 200  # inside junk's data, past its header
+    data[start:start + 8] = b"\xff" * 8  # junk's CRC no longer matches: reading it fails
+    (tmp_path / "two.npz").write_bytes(bytes(data))
+    assert load_table(tmp_path / "two.npz", param="pos_embed").table.shape == (16, 4)
+
+
+def test_torch_zip_with_a_huge_pickle_is_refused_before_unpickling(tmp_path, capsys):
+    with zipfile.ZipFile(tmp_path / "bomb.pt", "w") as zf:  # 17 MiB of NONE opcodes, deflated to ~17 KB
+        zf.writestr("a/byteorder", "little")
+        zf.writestr("a/version", "3\n")
+        zf.writestr("a/data.pkl", b"\x80\x02(" + b"N" * (17 << 20) + b".", compress_type=zipfile.ZIP_DEFLATED)
+    refuse(["analyze", tmp_path / "bomb.pt", "-g", "line:16", *FAST], capsys, "its pickle (data.pkl) is 17,825,796 bytes")
+
+
+def _safetensors(path, dtype, shape, data: bytes):
+    import struct
+
+    h = json.dumps({"wpe.weight": {"dtype": dtype, "shape": list(shape), "data_offsets": [0, len(data)]}}).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data)
+    return path
+
+
+def test_unreadable_tensors_get_one_line_errors(tmp_path, capsys):
+    torch.save({"wpe.weight": torch.randn(16, 8).to_sparse()}, tmp_path / "sparse.pt")
+    np.save(tmp_path / "ok.npy", np.random.default_rng(0).normal(size=(16, 8)))
+    refuse(["analyze", tmp_path / "sparse.pt", "-g", "line:16", *FAST], capsys, "is a sparse tensor (sparse_coo layout")
+    refuse(["analyze", tmp_path / "ok.npy", "-g", "line:16", "--reference", tmp_path / "sparse.pt", *FAST], capsys,
+           "save it dense")
+    layers = {f"blocks.{i}.pe.table": torch.randn(16, 8) for i in range(3)}
+    torch.save({**layers, "blocks.1.pe.table": torch.randn(16, 8).to_sparse()}, tmp_path / "layers.pt")
+    refuse(["analyze", tmp_path / "layers.pt", "--view", "qk", "-g", "line:16", *FAST], capsys,
+           f"blocks.1.pe.table in {tmp_path / 'layers.pt'}: is a sparse tensor")
+    refuse(["analyze", _safetensors(tmp_path / "f4.safetensors", "F4", (16, 8), bytes(64)), "-g", "line:16", *FAST],
+           capsys, "unsupported dtype F4; convert the table to float")
+    refuse(["analyze", _safetensors(tmp_path / "f6.safetensors", "F6_E2M3", (16, 8), bytes(96)), "-g", "line:16",
+            *FAST], capsys, "unsupported dtype F6_E2M3; convert the table to float")
+
+
+def test_finite_values_too_large_for_float64_arithmetic_are_refused(tmp_path, capsys):
+    table = np.random.default_rng(0).normal(size=(16, 4)) * 1e300
+    np.save(tmp_path / "huge.npy", table)
+    err = refuse(["analyze", tmp_path / "huge.npy", "-g", "line:16", *FAST], capsys, "overflow float64 arithmetic")
+    assert str(tmp_path / "huge.npy") in err and "rescale" in err
+    np.save(tmp_path / "big.npy", table / 1e160)  # 1e140: large but safe
+    assert main(["analyze", str(tmp_path / "big.npy"), "-g", "line:16", "--json", *FAST]) == 0
+
+
+def test_config_with_non_string_architectures(tmp_path, capsys):
+    from safetensors.numpy import save_file
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"architectures": [1, 2]}))
+    save_file({"wpe.weight": np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32)},
+              str(tmp_path / "m" / "model.safetensors"))
+    assert main(["analyze", str(tmp_path / "m"), "-g", "line:16", "--json", *FAST]) == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch deprecates quantize_per_tensor
+@pytest.mark.parametrize("dtype_table,needle", [
+    (lambda: torch.randn(16, 8, dtype=torch.complex64), "is a complex tensor (complex64, shape (16, 8))"),
+    (lambda: torch.quantize_per_tensor(torch.randn(16, 8), 0.1, 0, torch.qint8),
+     "is a quantized tensor (qint8, shape (16, 8))"),
+])
+def test_param_of_the_wrong_dtype_names_that_dtype(tmp_path, capsys, dtype_table, needle):
+    torch.save({"wpe.weight": dtype_table()}, tmp_path / "t.pt")
+    err = refuse(["analyze", tmp_path / "t.pt", "--param", "wpe.weight", "-g", "line:16", *FAST], capsys, needle)
+    assert "integer/bool" not in err
+
+
+def test_messages_name_the_file_and_survive_odd_file_names(tmp_path, capsys):
+    bad = np.random.default_rng(0).normal(size=(16, 8))
+    bad[3, 1] = np.inf
+    torch.save({"wpe.weight": torch.tensor(bad)}, tmp_path / "inf.pt")
+    refuse(["analyze", tmp_path / "inf.pt", "-g", "line:16", *FAST], capsys,
+           f"wpe.weight in {tmp_path / 'inf.pt'}: contains NaN or Inf (first in row 3)")
+    odd = tmp_path / "empty\nline.npy"
+    odd.write_bytes(b"")
+    err = refuse(["analyze", odd, "-g", "line:16", *FAST], capsys, "not a readable .npy file (empty)")
+    assert repr(str(odd)) in err
+
+
+def test_torch_globals_outside_the_weights_only_allowlist_are_named_as_code(tmp_path, capsys):
+    torch.save({"wpe.weight": torch.randn(16, 8)}, tmp_path / "good.pt")
+    payload = b"\x80\x02ctorch.hub\nload\nX\x03\x00\x00\x00abc\x85R."  # would call torch.hub.load('abc')
+    with zipfile.ZipFile(tmp_path / "good.pt") as src, zipfile.ZipFile(tmp_path / "hub.pt", "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, payload if info.filename.endswith("data.pkl") else src.read(info))
+    refuse(["analyze", tmp_path / "hub.pt", "-g", "line:16", *FAST], capsys,
+           "contains pickled code or objects the weights-only reader does not allow")
