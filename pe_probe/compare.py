@@ -124,12 +124,21 @@ def result_row(result, source: _Source) -> dict[str, Any]:
     row.update({k: float(v) for k, v in result.metrics.items()})
     for k, v in flatten(prov.get("config") or {}).items():
         row[k if k not in row else f"config.{k}"] = v
-    for k, v in (prov.get("checkpoint_metrics") or {}).items():
-        try:
-            row[f"eval.{k}"] = float(v)
-        except (TypeError, ValueError):
-            row[f"eval.{k}"] = v
+    row.update(eval_columns(prov.get("checkpoint_metrics")))
     return row
+
+
+def eval_columns(metrics: Any) -> dict[str, Any]:
+    """A checkpoint's own ``metrics`` as ``eval.*`` columns: numbers as floats, nested dicts dotted (as
+    configs are). Anything but a dict (a list, a string: an edited checkpoint) is no metrics at all, as
+    `pe-probe analyze` takes it (it only records them), rather than an error deep in the comparison."""
+    out: dict[str, Any] = {}
+    for k, v in flatten(metrics).items():
+        try:
+            out[f"eval.{k}"] = float(v)
+        except (TypeError, ValueError, OverflowError):
+            out[f"eval.{k}"] = v
+    return out
 
 
 class _Skipped:

@@ -108,29 +108,90 @@ def parse_ground_truth(spec: str | os.PathLike) -> GroundTruth:
     return _from_file(text)
 
 
-def ground_truth_from_checkpoint(gt: dict[str, Any]) -> GroundTruth:
+def ground_truth_from_checkpoint(gt: dict[str, Any], source: str | os.PathLike | None = None) -> GroundTruth:
     """The ground truth stored in a pe-probe checkpoint: ``{"coords": [N, k], "kind": ..., "shape": [...]}``.
 
     ``kind`` is kept when it is ``"line"`` or ``"grid"`` (so reports can draw the layout); any other
-    recorded kind becomes ``"checkpoint"``. ``coords`` may be a torch tensor or an array.
+    recorded kind becomes ``"checkpoint"``. ``coords`` may be a torch tensor, an array or a list; its
+    claimed size is checked before anything is copied (a stride-0 tensor can claim 10^8 rows in a few
+    bytes). ``source`` (the checkpoint's path) names the file in error messages.
     """
+    name = f"checkpoint {os.fspath(source)}" if source is not None else "checkpoint"
     if not isinstance(gt, dict) or "coords" not in gt:
-        raise InputError("checkpoint ground_truth must be a dict with a 'coords' entry [N, k]; re-save the checkpoint")
-    coords = _to_numpy(gt["coords"])
-    coords = _validate_coords(coords, "checkpoint ground_truth")
-    kind = str(gt.get("kind") or "checkpoint").lower()
+        raise InputError(f"{name}: its ground_truth must be a dict with a 'coords' entry [N, k]; "
+                         f"pass --ground-truth, or re-save the checkpoint")
+    coords = _validate_coords(_checkpoint_coords(gt["coords"], name), f"{name}: ground_truth")
+    kind = gt.get("kind")
+    kind = kind.lower() if isinstance(kind, str) else "checkpoint"
     if kind not in ("line", "grid"):
         kind = "checkpoint"
-    shape = gt.get("shape")
-    shape_t: tuple[int, ...] | None = None
-    if shape is not None:
+    return GroundTruth(coords, "checkpoint", kind, _layout_shape(gt.get("shape"), coords.shape[0]))
+
+
+MAX_CHECKPOINT_COORD_VALUES = 16_000_000  # N x k: 16 axes at the most positions; 128 MB as float64
+
+
+def _checkpoint_coords(x: Any, name: str) -> np.ndarray:
+    """A checkpoint's ``coords`` as a numpy array, refusing (one line) what cannot be coordinates: a
+    claimed size past the limits (checked before copying), a sparse tensor, a ragged list, a dtype
+    numpy lacks (float8: too coarse for coordinates anyway)."""
+    fix = "pass --ground-truth, or re-save the checkpoint with dense float coords [N, k]"
+    _check_claimed_size(getattr(x, "shape", None), name, fix)
+    if hasattr(x, "detach"):  # a torch tensor (torch is not imported here)
+        layout = str(getattr(x, "layout", "torch.strided"))
+        if layout != "torch.strided":
+            raise InputError(f"{name}: its ground_truth coords are a {layout.replace('torch.', '')} tensor, "
+                             f"not a dense one; {fix}")
+        x = x.detach()
+        dtype = str(x.dtype).replace("torch.", "")
+        if dtype == "bfloat16":
+            x = x.float()
         try:
-            shape_t = tuple(int(s) for s in _to_numpy(shape).reshape(-1))
-        except (TypeError, ValueError, InputError):
-            shape_t = None  # an unreadable shape (a layout hint for reports) is dropped, like a wrong one
-        if shape_t is not None and int(np.prod(shape_t)) != coords.shape[0]:
-            shape_t = None  # a shape that does not describe the coordinates is not worth keeping
-    return GroundTruth(coords, "checkpoint", kind, shape_t)
+            return x.cpu().numpy()
+        except (TypeError, RuntimeError, ValueError):
+            raise InputError(f"{name}: its ground_truth coords have dtype {dtype}, which is not a number type "
+                             f"pe-probe reads; {fix}") from None
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name}: its ground_truth coords are not a rectangular N x k table of numbers "
+                         f"(ragged rows?); {fix}") from None
+    _check_claimed_size(arr.shape, name, fix)
+    return arr
+
+
+def _check_claimed_size(shape: Any, name: str, fix: str) -> None:
+    """Refuse coordinates whose shape (as claimed, not as stored) is no N x k ground truth one can analyse."""
+    if shape is None:
+        return
+    dims = tuple(int(s) for s in shape)
+    if len(dims) not in (1, 2):
+        raise InputError(f"{name}: its ground_truth coords must be N x k (or N), got shape {dims}; {fix}")
+    if dims[0] > MAX_POSITIONS or math.prod(dims) > MAX_CHECKPOINT_COORD_VALUES:
+        raise InputError(f"{name}: its ground_truth coords claim shape {dims}, more than {MAX_POSITIONS:,} positions "
+                         f"or {MAX_CHECKPOINT_COORD_VALUES:,} values; {fix}")
+
+
+def _layout_shape(shape: Any, n: int) -> tuple[int, ...] | None:
+    """The recorded grid / line shape when it describes the N coordinates (a layout hint for reports);
+    anything else (unreadable, wrong product, or more than 3 sizes, checked before copying) is dropped."""
+    if shape is None or not 1 <= _claimed_len(shape) <= 3:
+        return None
+    try:
+        shape_t = tuple(int(s) for s in _to_numpy(shape).reshape(-1))
+    except (TypeError, ValueError, RuntimeError, OverflowError, InputError):
+        return None
+    return shape_t if len(shape_t) <= 3 and min(shape_t) >= 1 and math.prod(shape_t) == n else None
+
+
+def _claimed_len(x: Any) -> int:
+    """How many values ``x`` holds by its own account (a tensor's numel, a list's length); -1 if unknown."""
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return math.prod(int(s) for s in shape)
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return 1
+    return len(x) if isinstance(x, (list, tuple)) else -1
 
 
 NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy.lib.format)

@@ -156,3 +156,58 @@ def test_rows_keeps_grid_shape_only_for_whole_rows() -> None:
     assert gt.rows(1, 8).shape is None
     assert line(10).rows(2, 5).shape == (3,)
     assert isinstance(top, GroundTruth)
+
+
+# --- checkpoint coordinates are untrusted: refuse in one line, before copying anything -------------
+
+_GRID = torch.tensor(grid(4, 4).coords, dtype=torch.float32)
+
+
+def _refusal(gt: dict) -> str:
+    with pytest.raises(InputError) as e:
+        ground_truth_from_checkpoint(gt, source="runs/x/last.pt")
+    msg = str(e.value)
+    assert "\n" not in msg and "runs/x/last.pt" in msg
+    return msg
+
+
+@pytest.mark.parametrize("rows, k", [(10**12, 2), (1000, 10**9)])
+def test_checkpoint_coords_claiming_a_huge_size_are_refused_before_copying(rows: int, k: int) -> None:
+    # a few bytes of storage expanded (stride 0) to a claimed 16 TB: the old code copied it to float64
+    coords = torch.zeros(1, 1).expand(rows, k)
+    msg = _refusal({"coords": coords, "kind": "grid"})
+    assert "--ground-truth" in msg and "claim shape" in msg
+
+
+def test_checkpoint_coords_of_three_dims_are_refused_by_their_claimed_shape() -> None:
+    msg = _refusal({"coords": torch.zeros(1, 1, 1).expand(10**6, 10**6, 10**6)})
+    assert "N x k" in msg
+
+
+@pytest.mark.parametrize("coords, what", [
+    (_GRID.to_sparse(), "sparse"),
+    (_GRID.to(torch.float8_e4m3fn), "float8_e4m3fn"),
+    ([[1.0, 2.0], [3.0]], "ragged"),
+])
+def test_unreadable_checkpoint_coords_are_one_line_errors(coords, what: str) -> None:
+    msg = _refusal({"coords": coords, "kind": "grid", "shape": [4, 4]})
+    assert what in msg and "--ground-truth" in msg
+
+
+def test_checkpoint_coords_in_bfloat16_or_expanded_within_limits_are_read() -> None:
+    gt = ground_truth_from_checkpoint({"coords": _GRID.to(torch.bfloat16), "kind": "grid", "shape": [4, 4]})
+    np.testing.assert_array_equal(gt.coords, grid(4, 4).coords)
+    flat = ground_truth_from_checkpoint({"coords": torch.arange(16.0)[:, None].expand(16, 2)})
+    assert flat.coords.shape == (16, 2) and flat.coords.flags.writeable
+
+
+@pytest.mark.parametrize("shape", [torch.zeros(2, 1).expand(2, 5 * 10**11), [-4, -4], "abc", [10**30, 1], [1, 1, 1, 16]])
+def test_a_checkpoint_layout_shape_that_cannot_describe_the_coords_is_dropped(shape) -> None:
+    # a stride-0 shape claiming 10^12 sizes is dropped unread (the old code copied it)
+    gt = ground_truth_from_checkpoint({"coords": _GRID, "kind": "grid", "shape": shape})
+    assert gt.shape is None and gt.kind == "grid"
+
+
+def test_a_checkpoint_kind_that_is_not_text_becomes_checkpoint() -> None:
+    gt = ground_truth_from_checkpoint({"coords": _GRID, "kind": torch.zeros(3), "shape": [4, 4]})
+    assert (gt.kind, gt.shape) == ("checkpoint", (4, 4))

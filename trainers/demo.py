@@ -29,12 +29,30 @@ IDENTIFIABILITY_KEYS = (
 )
 
 
-def _finished(run: Path, epochs: int) -> bool:
-    """Whether ``run`` already holds a checkpoint at its last epoch."""
-    import torch
+def _finished(run: Path, epochs: int, out: Path) -> bool:
+    """Whether ``run`` already holds a checkpoint at its last epoch.
+
+    A ``last.pt`` left there is untrusted (a crash, an edit, a foreign file): it is read with the
+    project's loader (weights only) and a file that is no readable checkpoint is a one-line InputError
+    naming it and the fix, before any training.
+    """
+    from pe_probe.errors import InputError, first_line
+    from trainers.checkpoint import load_checkpoint
 
     last = run / "last.pt"
-    return last.exists() and torch.load(last, map_location="cpu", weights_only=True)["epoch"] >= epochs
+    if not last.exists() and not last.is_symlink():
+        return False
+    fix = f"delete {run} (or pass --force to redo everything), or pass another --out than {out}"
+    if not last.is_file():
+        raise InputError(f"{last} is not a checkpoint file; {fix}")
+    try:
+        epoch = load_checkpoint(last, map_location="cpu")["epoch"]
+    except InputError as e:
+        reason = (getattr(e, "reason", None) or first_line(e)).split(". ")[0]  # torch's first sentence only
+        raise InputError(f"{last} is no readable checkpoint ({reason}); {fix}") from None
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise InputError(f"{last}: its epoch is {type(epoch).__name__} {str(epoch)[:40]!r}, not an integer; {fix}")
+    return epoch >= epochs
 
 
 def _analysis(run: Path, out: Path, redo: bool) -> dict[str, float]:
@@ -96,7 +114,7 @@ def run_demo(
         "optim.epochs": epochs, "data.n_per_level": n_per_level, "device": device,
     }) for name, sigma in SIGMAS.items()}
     cfg = next(iter(cfgs.values()))
-    fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs) for name, c in cfgs.items()}
+    fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs, out) for name, c in cfgs.items()}
     # both runs as one ensemble: on a GPU one batched group; on the CPU side by side, one core each
     print(f"== training {', '.join(cfgs)} ({cfg.optim.epochs} epochs, as one ensemble) ==", flush=True)
     results = train_ensemble(list(cfgs.values()), [out / "runs" / name for name in cfgs], force=force)

@@ -165,15 +165,88 @@ def rebuilding_model(path: Any) -> Iterator[None]:
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu",
                           path: Any = "checkpoint") -> tuple[PETransformer, TrainConfig]:
-    """Rebuild the model a checkpoint was saved from and load its weights."""
+    """Rebuild the model a checkpoint was saved from and load its weights.
+
+    The config's sizes and the ground truth's shape are checked against the stored weights first: an
+    edited config (``d_model`` 4096) or a stride-0 ground truth claiming 10^7 positions would otherwise
+    allocate gigabytes before load_state_dict noticed.
+    """
     from trainers.config import validate
 
     with rebuilding_model(path):
         cfg = validate(TrainConfig.from_dict(ckpt["config"]))  # the trainer's own checks (heads, widths, ...)
-        model = PETransformer(cfg.model, cfg.pe, ckpt["ground_truth"]["coords"]).to(device)
+    coords = checked_coords(ckpt.get("ground_truth"), path)
+    check_weight_sizes(cfg, ckpt.get("model"), path)
+    with rebuilding_model(path):
+        model = PETransformer(cfg.model, cfg.pe, coords).to(device)
         model.load_state_dict(ckpt["model"])
     model.eval()
     return model, cfg
+
+
+_EDITED = "was the checkpoint edited? re-train or re-save it"
+
+
+def checked_coords(gt: Any, path: Any) -> Tensor:
+    """The checkpoint's ground-truth coordinates, which must be the Latin Square Task's 16 x 2 grid shape:
+    checked on the tensor's claimed shape, layout and dtype before any copy."""
+    from pe_probe.errors import InputError
+    from trainers.train import ground_truth
+
+    want = ground_truth("lst").coords.shape
+    coords = gt.get("coords") if isinstance(gt, dict) else None
+    if not isinstance(coords, Tensor):
+        raise InputError(f"{path}: its ground_truth has no coords tensor; {_EDITED}")
+    if coords.layout != torch.strided or coords.is_complex() or tuple(coords.shape) != tuple(want):
+        layout = "" if coords.layout == torch.strided else str(coords.layout).replace("torch.", "") + " "
+        raise InputError(f"{path}: its ground_truth coords are a {layout}{str(coords.dtype).replace('torch.', '')} "
+                         f"tensor of shape {tuple(coords.shape)}, not the Latin Square Task's {want[0]} x {want[1]} "
+                         f"grid; {_EDITED}")
+    coords = coords.detach().to("cpu", torch.float64)
+    if not bool(torch.isfinite(coords).all()):
+        raise InputError(f"{path}: its ground_truth coords contain NaN or Inf; {_EDITED}")
+    return coords
+
+
+def check_weight_sizes(cfg: TrainConfig, state: Any, path: Any) -> None:
+    """Refuse a config whose sizes (d_model, layers, MLP width) differ from the stored weights' shapes,
+    before the model is built: building the config's model is what would cost the memory."""
+    from pe_probe.errors import InputError
+
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise InputError(f"{path}: its 'model' is not a dict of tensors; {_EDITED}")
+    m = cfg.model
+    blocks = {int(k.split(".")[1]) for k in state if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    implied = {"embed.weight": (m.d_model, 5), "blocks.0.mlp.fc.weight": (int(round(m.mlp_ratio * m.d_model)), m.d_model)}
+    for name, shape in implied.items():
+        stored = tuple(state[name].shape) if name in state else None
+        if stored != shape:
+            raise InputError(f"{path}: its config (d_model {m.d_model}, mlp_ratio {m.mlp_ratio}) implies {name} of "
+                             f"shape {shape}, the weights hold {stored or 'none'}; {_EDITED}")
+    if len(blocks) != m.n_layers or (blocks and max(blocks) != m.n_layers - 1):  # no set(range(n)): n may be 10^12
+        raise InputError(f"{path}: its config says {m.n_layers} layers, the weights hold {len(blocks)} blocks; {_EDITED}")
+
+
+# Evaluating without --puzzles regenerates the run's data from its config (`trainers.train.load_splits`,
+# training pool included, ~4 s per 100,000 puzzles a level; OOD exclusion costs OOD x pool). The study
+# uses 3,000 and 36 per level, and the default --min-jaccard already leaves no pool above ~200 OOD puzzles
+# a level; an edited config (10^9) would run for hours, so larger ones are refused.
+MAX_PER_LEVEL = 1_000_000
+MAX_OOD_PER_LEVEL = 10_000
+
+
+def check_data_sizes(cfg: TrainConfig, path: Any) -> None:
+    """Refuse data sizes no real run uses before regenerating any puzzle (one line, naming the limit)."""
+    from pe_probe.errors import InputError
+
+    d = cfg.data
+    sizes = [("n_per_level", d.n_per_level, MAX_PER_LEVEL)]
+    if d.ood_puzzles is None:  # else the OOD set is read from that file, not generated
+        sizes.append(("n_ood_per_level", d.n_ood_per_level, MAX_OOD_PER_LEVEL))
+    for key, value, limit in sizes:
+        if value > limit:
+            raise InputError(f"{path}: its config's data.{key} is {value:,}, above the {limit:,} pe-probe regenerates "
+                             f"for an evaluation; pass --puzzles FILE, or re-save the checkpoint")
 
 
 def evaluate_checkpoint(
@@ -202,6 +275,8 @@ def evaluate_checkpoint(
             raise InputError(f"--puzzles applies to the Latin Square Task only; {path} is a {task} checkpoint")
         return evaluate_masked_checkpoint(path, device=device)
     model, cfg = model_from_checkpoint(ckpt, dev, path)
+    if puzzles is None:
+        check_data_sizes(cfg, path)
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     m = split_metrics(model, encode_split(ps, dev), "x")
     out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix

@@ -241,3 +241,53 @@ def test_sweep_glob_skips_folders_that_are_not_runs(tmp_path, capsys):
     assert "skipping" in capsys.readouterr().err
     with pytest.raises(InputError, match="no run, model or checkpoint"):
         expand_sources([tmp_path / "analysis", tmp_path / "analysis"])
+
+
+class _Result:
+    """Just what `result_row` reads of an analysis result."""
+
+    def __init__(self, checkpoint_metrics):
+        self.metrics = {"rsa_spearman": 0.5}
+        self.provenance = {"checkpoint_metrics": checkpoint_metrics, "config": {"seed": 1}}
+
+
+@pytest.mark.parametrize("metrics", [[1, 2, 3], "abc", 3.0, None])
+def test_checkpoint_metrics_that_are_not_a_dict_are_no_metrics(tmp_path, metrics):
+    """An edited checkpoint's list or string `metrics` (which analyze only records) gave AttributeError .items()."""
+    from pe_probe.compare import _Source, result_row
+
+    row = result_row(_Result(metrics), _Source(tmp_path / "a.pt", "a"))
+    assert not [k for k in row if k.startswith("eval.")] and row["rsa_spearman"] == 0.5 and row["seed"] == 1
+
+
+def test_nested_checkpoint_metrics_become_dotted_columns(tmp_path):
+    from pe_probe.compare import _Source, result_row
+
+    row = result_row(_Result({"ood": {"acc": 0.75, "per_level": [1, 2]}, "loss": "n/a", "big": 10**400}),
+                     _Source(tmp_path / "a.pt", "a"))
+    assert row["eval.ood.acc"] == 0.75 and row["eval.ood.per_level"] == "1x2" and row["eval.loss"] == "n/a"
+    assert row["eval.big"] == 10**400  # too large for a float: kept as it is, not an OverflowError
+
+
+def test_compare_takes_checkpoints_whose_metrics_are_a_list(noise_sweep, tmp_path, analyze_source_available):
+    import torch
+
+    odd = tmp_path / "odd.pt"
+    obj = torch.load(noise_sweep[1], weights_only=True)
+    obj["metrics"] = [1, 2, 3]
+    torch.save(obj, odd)
+    frame = compare([noise_sweep[0], odd], tmp_path / "out", progress=False, analyze_kwargs={"n_perm": 0, "n_boot": 0},
+                    formats=("png",))
+    assert len(frame) == 2 and (tmp_path / "out" / "compare.csv").is_file()
+
+
+def test_compare_refuses_a_float8_checkpoint_ground_truth_in_one_line(noise_sweep, tmp_path, analyze_source_available):
+    import torch
+
+    odd = tmp_path / "fp8.pt"
+    obj = torch.load(noise_sweep[1], weights_only=True)
+    obj["ground_truth"]["coords"] = obj["ground_truth"]["coords"].to(torch.float8_e4m3fn)
+    torch.save(obj, odd)
+    with pytest.raises(InputError, match="float8_e4m3fn") as e:
+        compare([noise_sweep[0], odd], tmp_path / "out", progress=False, analyze_kwargs={"n_perm": 0, "n_boot": 0})
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()

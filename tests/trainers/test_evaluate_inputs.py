@@ -1,0 +1,87 @@
+"""`pe-probe evaluate` on edited checkpoints: sizes the config or ground truth claim are checked against the
+stored weights (and limits) before a model is built or a puzzle generated; inputs claim sizes, never allocate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import trainers.evaluate
+import trainers.train
+from pe_probe.errors import InputError
+from pe_probe.groundtruth import grid
+from trainers.checkpoint import make_payload, save_checkpoint
+from trainers.config import make_config
+from trainers.evaluate import MAX_OOD_PER_LEVEL, MAX_PER_LEVEL, check_data_sizes, evaluate_checkpoint, model_from_checkpoint
+from trainers.model import PETransformer
+
+torch.set_num_threads(1)
+
+
+class Reached(BaseException):
+    """Raised by stand-ins for the costly steps: not an Exception, so no wrapper turns it into an InputError."""
+
+
+def _never(*args, **kwargs):
+    raise Reached("the costly step was reached")
+
+
+def _payload(**overrides) -> dict:
+    cfg = make_config("quick", {"model.d_model": 16, "model.n_layers": 2, "model.n_heads": 2, "data.n_per_level": 12,
+                                "pe.kind": "learned", **overrides})
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(grid(4, 4).coords))
+    return make_payload(model, cfg.to_dict(), grid(4, 4), step=1, epoch=1, metrics={})
+
+
+def _saved(tmp_path, payload: dict):
+    path = tmp_path / "last.pt"
+    save_checkpoint(payload, path)
+    return path
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda c: c["config"]["model"].update(d_model=4096), "implies embed.weight of shape (4096, 5)"),
+    (lambda c: c["config"]["model"].update(d_model=10**6, n_heads=1), "the weights hold (16, 5)"),
+    (lambda c: c["config"]["model"].update(mlp_ratio=10**6), "blocks.0.mlp.fc.weight"),
+    (lambda c: c["config"]["model"].update(n_layers=10**9), "says 1000000000 layers, the weights hold 2 blocks"),
+    (lambda c: c["ground_truth"].update(coords=torch.zeros(1, 2).expand(10**12, 2)), "shape (1000000000000, 2)"),
+    (lambda c: c["ground_truth"].update(coords=torch.zeros(16, 2).to_sparse()), "sparse_coo"),
+    (lambda c: c["ground_truth"].update(coords=[[0.0, 0.0]] * 16), "no coords tensor"),
+    (lambda c: c["ground_truth"].update(coords=torch.full((16, 2), float("nan"))), "NaN"),
+    (lambda c: c.update(model=[1, 2]), "not a dict of tensors"),
+])
+def test_edited_sizes_are_refused_before_the_model_is_built(tmp_path, monkeypatch, edit, needle):
+    ckpt = _payload()
+    edit(ckpt)
+    path = _saved(tmp_path, ckpt)
+    monkeypatch.setattr(trainers.evaluate, "PETransformer", _never)
+    with pytest.raises(InputError) as e:
+        evaluate_checkpoint(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and needle in msg and "re-train or re-save" in msg
+
+
+@pytest.mark.parametrize("key, value, limit", [("n_ood_per_level", 10**9, MAX_OOD_PER_LEVEL),
+                                               ("n_per_level", 10**12, MAX_PER_LEVEL)])
+def test_data_sizes_no_run_uses_are_refused_before_generating(tmp_path, monkeypatch, key, value, limit):
+    ckpt = _payload()
+    ckpt["config"]["data"][key] = value
+    path = _saved(tmp_path, ckpt)
+    monkeypatch.setattr(trainers.train, "load_splits", _never)
+    with pytest.raises(InputError) as e:
+        evaluate_checkpoint(path)
+    msg = str(e.value)
+    assert "\n" not in msg and f"data.{key}" in msg and f"{limit:,}" in msg and "--puzzles" in msg
+
+
+def test_ood_count_is_not_checked_when_the_ood_set_is_a_file():
+    cfg = make_config("quick", {"data.n_ood_per_level": 10**9, "data.ood_puzzles": "ood.csv"})
+    check_data_sizes(cfg, "x.pt")  # the OOD set is read from the file, not generated
+
+
+def test_an_unedited_checkpoint_still_rebuilds_exactly():
+    ckpt = _payload(**{"pe.kind": "sin2d", "pe.every_layer": False})
+    model, cfg = model_from_checkpoint(ckpt)
+    assert cfg.model.d_model == 16
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, ckpt["model"][name])
