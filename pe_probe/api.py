@@ -51,8 +51,13 @@ def builtin_table(spec: str, seed: int = 0) -> tuple[np.ndarray, GroundTruth | N
 
 
 def _resolve_ground_truth(loaded_gt: GroundTruth | None, ground_truth, n_rows: int,
-                          positions: tuple[int, int] | None, full_rows: int) -> GroundTruth:
+                          positions: tuple[int, int] | None, full_rows: int,
+                          loaded_error: str | None = None) -> GroundTruth:
+    """The ground truth to analyse against: ``ground_truth`` if given (sliced like the table), else the
+    source's own; a source's own that could not be read (``loaded_error``) is an error only here, when needed."""
     if ground_truth is None:
+        if loaded_error:
+            raise InputError(loaded_error)
         if loaded_gt is None:
             raise InputError("no ground truth: pass --ground-truth (a .npy/.csv/.txt of N x k coordinates, "
                              f"or line:{n_rows}, grid:HxW, grid:HxWxD)")
@@ -102,7 +107,8 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
             raise InputError(f"ground truth has {n_gt} positions, the table {len(loaded.table)} after dropping "
                              f"{loaded.extra_tokens} leading row(s) found to be CLS / offset rows; "
                              f"pass --drop-extra-tokens 0 to keep them, or a ground truth of {len(loaded.table)} positions")
-    gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows)
+    gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows,
+                               loaded.ground_truth_error)
     prov = loaded.provenance()
     prov["config"] = loaded.config
     prov["checkpoint_metrics"] = loaded.checkpoint_metrics
@@ -176,12 +182,12 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     for label, table, info in items:
         gt = meta.get("ground_truth")
         if view == "attention" or positions is None:
-            gt = _resolve_ground_truth(gt, ground_truth, len(table), None, len(table))
+            gt = _resolve_ground_truth(gt, ground_truth, len(table), None, len(table), meta.get("ground_truth_error"))
         else:  # the view's rows are --positions of a table of info["n_rows"] rows: slice a ground truth alike
             span, full = tuple(info["positions"]), info["n_rows"]
             if gt is not None and gt.n == full:
                 gt = gt.rows(*span)
-            gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
+            gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full, meta.get("ground_truth_error"))
         prov = dict(base_prov, param=label, layer=info.get("layer"), view=info)
         res = analyze(table, gt, provenance=prov, **analyze_kwargs)
         if view == "kernel":

@@ -90,6 +90,7 @@ class LoadedTable:
     positions: tuple[int, int] | None = None
     row_centred: bool = False
     ground_truth: GroundTruth | None = None
+    ground_truth_error: str | None = None  # why the checkpoint's own ground truth cannot be used, if it cannot
     config: dict | None = None
     checkpoint_metrics: dict | None = None
     step: int | None = None
@@ -251,7 +252,8 @@ def load_table(
         table=table, source=src, sha256=meta["sha256"], source_kind=meta["source_kind"],
         param=None if meta["raw"] else (chosen if layer_out == "mean" else chosen[0]),
         layer=layer_out, n_layers=n_layers, original_shape=tuple(original_shape), candidates=candidates,
-        extra_tokens=extra, positions=span, row_centred=centred, ground_truth=gt, config=meta["config"],
+        extra_tokens=extra, positions=span, row_centred=centred, ground_truth=gt,
+        ground_truth_error=meta["ground_truth_error"], config=meta["config"],
         checkpoint_metrics=meta["metrics"], step=meta["step"], notes=notes,
     )
 
@@ -268,7 +270,7 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
         raise InputError(f"{label}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
                          f".npy, .npz, .csv or .pt file")
     meta: dict[str, Any] = {"source": os.fspath(source), "source_kind": "", "sha256": "", "config": None,
-                            "pe_params": None, "ground_truth": None, "step": None, "epoch": None, "metrics": None,
+                            "pe_params": None, "ground_truth": None, "ground_truth_error": None, "step": None, "epoch": None, "metrics": None,
                             "raw": False, "notes": []}
     if path.is_dir():
         return _open_hf_folder(path, meta)
@@ -519,7 +521,10 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
                     pe_params=list(pe_params), step=_int_or_none(obj.get("step")),
                     epoch=_int_or_none(obj.get("epoch")), metrics=obj.get("metrics"))
         if obj.get("ground_truth") is not None:
-            meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"])
+            try:
+                meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"], source=path_shown)
+            except InputError as e:  # an error only where it is needed: --ground-truth replaces it
+                meta["ground_truth_error"] = str(e)
         return _torch_store(_flatten(obj["model"]), path_shown), meta
     for key in ("state_dict", "model_state_dict", "model", "module", "model_ema", "ema"):
         inner = obj.get(key)

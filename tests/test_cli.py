@@ -87,6 +87,31 @@ def test_checkpoint_without_arguments(tmp_path, capsys):
     assert doc["rsa_spearman"] > 0.5
 
 
+@pytest.mark.parametrize("view", [None, "qk"])
+def test_a_checkpoint_whose_own_ground_truth_is_unreadable_needs_and_takes_ground_truth(tmp_path, capsys, view):
+    """The refusal says "pass --ground-truth"; passing it used to be refused all the same, because the
+    checkpoint's own ground truth was read (and refused) whether or not it was needed."""
+    table = torch.tensor(sinusoid_2d(4, 4, 16), dtype=torch.float32)
+    model = {"pe.table": table, "embed.weight": torch.randn(16, 5), "embed.bias": torch.randn(16),
+             "blocks.0.attn.qkv.weight": torch.randn(48, 16), "blocks.0.attn.qkv.bias": torch.randn(48),
+             "blocks.0.ln1.weight": torch.ones(16), "blocks.0.ln1.bias": torch.zeros(16)}
+    config = {"model": {"n_heads": 2, "norm": "post", "readout": "last"}}
+    ckpt = {"format": "pe-probe-checkpoint/1", "model": model, "config": config, "pe_params": ["pe.table"],
+            "ground_truth": {"coords": torch.tensor(grid(4, 4).coords).to_sparse(), "kind": "grid"},
+            "step": 10, "epoch": 1, "metrics": {}}
+    path = tmp_path / "last.pt"
+    torch.save(ckpt, path)
+    extra = ["--view", view] if view else []
+    code, _, err = run(["analyze", path, "--out", tmp_path / "o", *extra, *FAST], capsys)
+    assert_input_error(code, err, "sparse", "--ground-truth", str(path))
+    assert not (tmp_path / "o").exists()
+    code, stdout, err = run(["analyze", path, "-g", "grid:4x4", "--json", *extra, *FAST], capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    doc = doc[0] if isinstance(doc, list) else doc
+    assert doc["provenance"]["ground_truth"]["spec"] == "grid:4x4"
+
+
 def test_per_layer_tables_all_and_mean(tmp_path, capsys):
     rng = np.random.default_rng(0)
     sd = {f"blocks.{i}.pe.table": torch.tensor(rng.normal(size=(16, 8)), dtype=torch.float32) for i in range(3)}
