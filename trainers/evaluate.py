@@ -187,37 +187,41 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cp
 _EDITED = "was the checkpoint edited? re-train or re-save it"
 
 
-def checked_coords(gt: Any, path: Any) -> Tensor:
-    """The checkpoint's ground-truth coordinates, which must be the Latin Square Task's 16 x 2 grid shape:
-    checked on the tensor's claimed shape, layout and dtype before any copy."""
+def checked_coords(gt: Any, path: Any, want: tuple[int, int] | None = None, what: str = "") -> Tensor:
+    """The checkpoint's ground-truth coordinates, which must have shape ``want`` (default: the Latin Square
+    Task's 16 x 2 grid; ``what`` names it): checked on the tensor's claimed shape, layout and dtype before
+    any copy."""
     from pe_probe.errors import InputError
     from trainers.train import ground_truth
 
-    want = ground_truth("lst").coords.shape
+    if want is None:
+        want, what = tuple(ground_truth("lst").coords.shape), "the Latin Square Task's"
     coords = gt.get("coords") if isinstance(gt, dict) else None
     if not isinstance(coords, Tensor):
         raise InputError(f"{path}: its ground_truth has no coords tensor; {_EDITED}")
     if coords.layout != torch.strided or coords.is_complex() or tuple(coords.shape) != tuple(want):
         layout = "" if coords.layout == torch.strided else str(coords.layout).replace("torch.", "") + " "
         raise InputError(f"{path}: its ground_truth coords are a {layout}{str(coords.dtype).replace('torch.', '')} "
-                         f"tensor of shape {tuple(coords.shape)}, not the Latin Square Task's {want[0]} x {want[1]} "
-                         f"grid; {_EDITED}")
+                         f"tensor of shape {tuple(coords.shape)}, not {what} {want[0]} x {want[1]} positions; "
+                         f"{_EDITED}")
     coords = coords.detach().to("cpu", torch.float64)
     if not bool(torch.isfinite(coords).all()):
         raise InputError(f"{path}: its ground_truth coords contain NaN or Inf; {_EDITED}")
     return coords
 
 
-def check_weight_sizes(cfg: TrainConfig, state: Any, path: Any) -> None:
-    """Refuse a config whose sizes (d_model, layers, MLP width) differ from the stored weights' shapes,
-    before the model is built: building the config's model is what would cost the memory."""
+def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
+    """Refuse a config whose sizes (d_model, layers, MLP width; ``n_in`` input features a token) differ from
+    the stored weights' shapes, before the model is built: building the config's model is what would cost
+    the memory."""
     from pe_probe.errors import InputError
 
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise InputError(f"{path}: its 'model' is not a dict of tensors; {_EDITED}")
     m = cfg.model
     blocks = {int(k.split(".")[1]) for k in state if k.startswith("blocks.") and k.split(".")[1].isdigit()}
-    implied = {"embed.weight": (m.d_model, 5), "blocks.0.mlp.fc.weight": (int(round(m.mlp_ratio * m.d_model)), m.d_model)}
+    implied = {"embed.weight": (m.d_model, n_in),
+               "blocks.0.mlp.fc.weight": (int(round(m.mlp_ratio * m.d_model)), m.d_model)}
     for name, shape in implied.items():
         stored = tuple(state[name].shape) if name in state else None
         if stored != shape:
@@ -247,6 +251,25 @@ def check_data_sizes(cfg: TrainConfig, path: Any) -> None:
         if value > limit:
             raise InputError(f"{path}: its config's data.{key} is {value:,}, above the {limit:,} pe-probe regenerates "
                              f"for an evaluation; pass --puzzles FILE, or re-save the checkpoint")
+
+
+# A netsim evaluation regenerates the simulation from its config (n_nodes^2 work per step, for every window):
+# limits far above every preset (paper: 64 nodes, 8,000 windows of 16 samples) that an edited config may not pass.
+MAX_NETSIM = {"n_nodes": 10_000, "n_train": 1_000_000, "n_test": 1_000_000, "window": 10_000, "sample_every": 1_000,
+              "burn_in": 1_000_000}
+MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
+
+
+def check_masked_data_sizes(cfg: Any, path: Any) -> None:
+    """Refuse netsim / brain data sizes no real run uses before any data is regenerated or loaded."""
+    from pe_probe.errors import InputError
+
+    d = cfg.data
+    limits = MAX_NETSIM if cfg.task == "netsim" else {"window": MAX_WINDOW}
+    for key, limit in limits.items():
+        if getattr(d, key) > limit:
+            raise InputError(f"{path}: its config's data.{key} is {getattr(d, key):,}, above the {limit:,} pe-probe "
+                             f"regenerates for an evaluation; {_EDITED}")
 
 
 def evaluate_checkpoint(

@@ -229,18 +229,23 @@ def train_masked(
 
 def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict[str, float | int]:
     """MSE of a netsim / brain checkpoint on every split of its own (regenerated) data."""
-    from trainers.evaluate import rebuilding_model, resolve_device
+    from trainers.config import validate_masked
+    from trainers.evaluate import (check_masked_data_sizes, check_weight_sizes, checked_coords, rebuilding_model,
+                                   resolve_device)
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
-    from trainers.config import validate_masked
-
     with rebuilding_model(path):
         cfg = validate_masked(MaskedTrainConfig.from_dict(ckpt["config"]))
+    # an untrusted checkpoint: sizes checked before the data is regenerated and the model built
+    check_masked_data_sizes(cfg, path)
+    check_weight_sizes(cfg, ckpt.get("model"), path, n_in=cfg.data.window + 1)
     data = load_task_data(cfg)
     window = int(np.asarray(data["splits"]["train"][0]).shape[-1])
+    coords = checked_coords(ckpt.get("ground_truth"), path, tuple(data["ground_truth"].coords.shape),
+                            f"the {cfg.task} task's")
     with rebuilding_model(path):
-        model = build_model(cfg, ckpt["ground_truth"]["coords"], window).to(dev)
+        model = build_model(cfg, coords.to(ckpt["ground_truth"]["coords"].dtype), window).to(dev)  # as stored
         model.load_state_dict(ckpt["model"])
     splits = build_splits(cfg, data, dev)
     out = all_metrics(model, splits)

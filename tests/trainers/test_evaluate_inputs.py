@@ -85,3 +85,46 @@ def test_an_unedited_checkpoint_still_rebuilds_exactly():
     assert cfg.model.d_model == 16
     for name, value in model.state_dict().items():
         assert torch.equal(value, ckpt["model"][name])
+
+
+# ---- netsim / brain checkpoints: the same checks before the data is regenerated and the model built ----
+
+def _masked_payload(**overrides) -> dict:
+    from trainers.config import make_masked_config
+    from trainers.tasks.netsim import node_layout
+    from trainers.train_masked import build_model
+
+    cfg = make_masked_config("netsim", "quick", {"model.d_model": 16, "data.n_train": 8, "data.n_test": 8})
+    gt = node_layout("grid", cfg.data.n_nodes, cfg.data.dim, seed=0)
+    model = build_model(cfg, gt.coords, cfg.data.window)
+    payload = make_payload(model, cfg.to_dict(), gt, step=1, epoch=1, metrics={})
+    for key, value in overrides.items():  # edits: "config.data.n_train", "ground_truth.coords", ...
+        *path, last = key.split(".")
+        node = payload
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return payload
+
+
+@pytest.mark.parametrize("edit, needle, stub", [
+    ({"config.data.n_train": 10**9}, "data.n_train is 1,000,000,000", "load_task_data"),
+    ({"config.data.n_nodes": 10**6}, "data.n_nodes is 1,000,000", "load_task_data"),
+    ({"config.model.d_model": 4096}, "implies embed.weight of shape (4096, 17)", "load_task_data"),
+    ({"ground_truth.coords": torch.zeros(1, 1).expand(10**9, 2)}, "shape (1000000000, 2), not the netsim task's 64 x 2",
+     "build_model"),
+    ({"ground_truth.coords": torch.zeros(64, 2).to_sparse()}, "sparse_coo", "build_model"),
+])
+def test_edited_netsim_checkpoints_are_refused_before_the_costly_step(tmp_path, monkeypatch, edit, needle, stub):
+    import trainers.train_masked
+
+    path = _saved(tmp_path, _masked_payload(**edit))
+    monkeypatch.setattr(trainers.train_masked, stub, _never)
+    with pytest.raises(InputError, match="was the checkpoint edited") as e:
+        evaluate_checkpoint(path)
+    assert needle in str(e.value) and str(path) in str(e.value)
+
+
+def test_an_unedited_netsim_checkpoint_still_evaluates(tmp_path):
+    ev = evaluate_checkpoint(_saved(tmp_path, _masked_payload()))
+    assert ev["test_mse"] > 0 and ev["test_mse_n"] == 8
