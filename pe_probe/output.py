@@ -89,7 +89,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     except OSError as e:
         raise InputError(f"--out {out}: cannot create it ({e.strerror or e}); choose another folder") from None
     try:
-        with _terminate_as_exit():
+        with terminate_as_exit():
             yield stage
         (stage / MARKER).write_text("written by pe-probe\n")
         if out.exists():
@@ -106,7 +106,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
+def terminate_as_exit() -> Iterator[None]:
     """SIGTERM / SIGHUP (a killed job, a closed terminal) raise SystemExit while a folder is staged, so the
     staging folder is removed like on any error; only in the main thread, where Python delivers signals."""
     if threading.current_thread() is not threading.main_thread():

@@ -253,12 +253,32 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_train_one, task, preset, ov, str(out)): i for i, (_, _, ov, out) in enumerate(jobs)}
-            for f in as_completed(futures):
-                done(futures[f], *f.result())
+        from pe_probe.output import terminate_as_exit
+
+        # a kill (SIGTERM, SIGHUP) raises SystemExit here; then, as on Ctrl-C or an error, the workers stop
+        # at once: left alone they trained on, orphaned, for the rest of their runs
+        with terminate_as_exit(), ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            try:
+                futures = {pool.submit(_train_one, task, preset, ov, str(out)): i
+                           for i, (_, _, ov, out) in enumerate(jobs)}
+                for f in as_completed(futures):
+                    done(futures[f], *f.result())
+            except BaseException:
+                stop_workers(pool)
+                raise
     log(f"sweep: {len(jobs)} runs in {time.time() - t0:.0f} s")
     return [results[i] for i in range(len(jobs))]
+
+
+def stop_workers(pool: Any) -> None:
+    """Terminate a process pool's workers now, rather than wait for their runs to end as leaving its `with`
+    would (hours at the paper preset); the runs resume from their last checkpoint (written atomically)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        p.terminate()
+    for p in processes:
+        p.join(timeout=10)
 
 
 N_PERM = 199

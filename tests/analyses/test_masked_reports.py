@@ -366,3 +366,28 @@ def test_analyse_sweep_reads_every_layer_table(tmp_path):
     ref = analyze(lt.table, lt.ground_truth, methods="pca,smacof", n_perm=19, n_boot=0, n_null=5, seed=0)
     for key in ("rsa_spearman", "rsa_p", "probe_r2", "recovery_smacof_r2"):
         assert layers.iloc[1][key] == pytest.approx(ref.metrics[key])
+
+
+# ---- stopping a sweep's worker processes ----------------------------------------------------------
+
+def test_stop_workers_ends_running_worker_processes_at_once():
+    """A killed netsim / brain sweep left its spawned workers training, orphaned, for the rest of their runs
+    (found when two killed report runs kept 4 workers busy for an hour); leaving the pool's `with` would
+    wait for them instead."""
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from analyses.netsim.sweep import stop_workers
+
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    deadline = time.time() + 60
+    while len(pool._processes or {}) < 2 or not all(f.running() for f in futures[:2]):  # both workers busy
+        assert time.time() < deadline
+        time.sleep(0.1)
+    processes = list(pool._processes.values())
+    t0 = time.time()
+    stop_workers(pool)
+    assert time.time() - t0 < 15 and not any(p.is_alive() for p in processes)
+    assert all(f.cancelled() for f in futures[2:])
