@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.errors import InputError, first_line
+from pe_probe.errors import InputError
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -194,27 +194,13 @@ def _claimed_len(x: Any) -> int:
     return len(x) if isinstance(x, (list, tuple)) else -1
 
 
-NPY_MAGIC = b"\x93NUMPY"  # the first bytes of every .npy file (numpy.lib.format)
-
-
 def load_npy(path: str | os.PathLike, what: str = "file") -> np.ndarray:
-    """``np.load`` of a plain numeric ``.npy`` (never pickle); an unreadable file is an InputError."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(len(NPY_MAGIC))
-    except OSError as e:
-        raise InputError(f"{path}: cannot be read ({e.strerror or e}); check the path") from None
-    if magic != NPY_MAGIC:  # np.load would take it for a pickle and suggest loading it unsafely
-        what_it_is = "not a readable .npy file (empty)" if not magic else "not a .npy file (no NumPy header)"
-        raise InputError(f"{path}: {what_it_is}; save the {what} with np.save")
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError:  # an object array (pickle, which we never load), a malformed header or truncated data
-        raise InputError(f"{path}: not a plain numeric .npy array (Python objects, which pe-probe never unpickles, a "
-                         f"malformed header or truncated data); save the {what} as numbers with np.save") from None
-    except (EOFError, OSError) as e:
-        raise InputError(f"{path}: not a readable .npy file (empty or truncated: {first_line(e)}); "
-                         f"save the {what} with np.save") from None
+    """A plain numeric ``.npy`` (never pickle), its header's claimed size checked against the file before any
+    data is read (`pe_probe.filechecks.open_npy`); an unreadable file is an InputError."""
+    from pe_probe.filechecks import open_npy
+
+    _, _, read = open_npy(Path(path), what)
+    return np.array(read())  # a copy: the memory map would keep the file open
 
 
 def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> np.ndarray:

@@ -211,3 +211,20 @@ def test_a_checkpoint_layout_shape_that_cannot_describe_the_coords_is_dropped(sh
 def test_a_checkpoint_kind_that_is_not_text_becomes_checkpoint() -> None:
     gt = ground_truth_from_checkpoint({"coords": _GRID, "kind": torch.zeros(3), "shape": [4, 4]})
     assert (gt.kind, gt.shape) == ("checkpoint", (4, 4))
+
+
+def test_a_ground_truth_npy_whose_header_claims_more_than_the_file_holds_is_refused_unread(tmp_path) -> None:
+    """`--ground-truth x.npy` went through np.load, which allocates what a 200-byte header claims first."""
+    from numpy.lib import format as npf
+
+    from pe_probe.groundtruth import load_npy
+
+    path = tmp_path / "gt.npy"
+    with open(path, "wb") as f:
+        npf.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (2 * 10**11, 2)})
+        f.write(b"\0" * 64)
+    with pytest.raises(InputError, match=r"header claims 3,200,000,000,000 bytes .* the file holds 64"):
+        load_npy(path, "ground truth")
+    np.save(path, grid(4, 4).coords)  # a real one still loads, as a plain (not memory-mapped) array
+    arr = load_npy(path, "ground truth")
+    assert type(arr) is np.ndarray and np.array_equal(arr, grid(4, 4).coords)
