@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser, os_error_message
+from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message
 
 EPILOG_ANALYZE = """\
 examples:
@@ -362,14 +362,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"pe-probe: error: {msg}\n")
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as exc:  # numba-compiled loops wrap a Ctrl-C in a SystemError
+        if not interrupted(exc):
+            raise
         sys.stderr.write("pe-probe: interrupted\n")
         return 130
-    except SystemError as exc:  # numba-compiled loops (SMACOF, UMAP) wrap a Ctrl-C in a SystemError
-        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
-            sys.stderr.write("pe-probe: interrupted\n")
-            return 130
-        raise
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 2
 

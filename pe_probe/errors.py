@@ -4,7 +4,7 @@ import argparse
 import errno
 import re
 import sys
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 
 class InputError(ValueError):
@@ -74,3 +74,23 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message.splitlines()[0] if message else 'bad input'} "
                          f"(see {self.prog} --help)\n")
         raise SystemExit(2)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: a KeyboardInterrupt, or the SystemError numba-compiled loops (SMACOF,
+    UMAP) wrap one in."""
+    return isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt))
+
+
+def script_exit(main: Callable[[], int], prog: str) -> NoReturn:
+    """Run a ``python -m analyses...`` command's ``main`` and exit with its code; a Ctrl-C prints one line,
+    ``PROG: interrupted``, and exits 130 (as ``pe-probe`` does) instead of a traceback of whatever ran."""
+    try:
+        code = main()
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        sys.stderr.write(f"{prog}: interrupted\n")
+        code = 130
+    raise SystemExit(code)

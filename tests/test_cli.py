@@ -360,3 +360,28 @@ def test_summary_values_stay_in_one_column_when_one_is_long():
     rows = [ln for ln in text.splitlines() if ln.startswith("  ")]
     ends = {m.end() for m in (re.match(r"  .*?\s{2}(\S+)", ln) for ln in rows)}
     assert len(rows) > 5 and len(ends) == 1, text
+
+
+def test_analysis_scripts_turn_ctrl_c_into_one_line_and_exit_130(capsys):
+    """`python -m analyses.netsim.report` (and the other report scripts) printed a 26-72 line traceback on
+    Ctrl-C, exit 1; numba's SMACOF wraps the interrupt in a SystemError."""
+    from pe_probe.errors import script_exit
+
+    def interrupted_in_numba():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set") from e
+
+    for main in (lambda: (_ for _ in ()).throw(KeyboardInterrupt()), interrupted_in_numba):
+        with pytest.raises(SystemExit) as e:
+            script_exit(main, "python -m analyses.x")
+        assert e.value.code == 130 and capsys.readouterr().err == "python -m analyses.x: interrupted\n"
+    with pytest.raises(SystemExit) as e:
+        script_exit(lambda: 3, "python -m analyses.x")
+    assert e.value.code == 3
+    with pytest.raises(ZeroDivisionError):  # a real error keeps its traceback
+        script_exit(lambda: 1 // 0, "python -m analyses.x")
+    for name in ("lst.report", "lst.analyse", "lst.length", "lst.sweep", "netsim.report", "brain.report"):
+        text = (Path(__file__).parents[1] / "analyses" / (name.replace(".", "/") + ".py")).read_text()
+        assert f'script_exit(main, "python -m analyses.{name}")' in text, name

@@ -317,4 +317,6 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, plan: Plan, layers: pd.Data
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python -m analyses.brain.report")

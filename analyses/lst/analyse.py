@@ -26,7 +26,6 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -340,4 +339,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python -m analyses.lst.analyse")

@@ -11,7 +11,6 @@ over a folder pe-probe wrote (``--force`` otherwise).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -190,4 +189,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python -m analyses.lst.report")

@@ -356,4 +356,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python -m analyses.lst.sweep")

@@ -389,4 +389,6 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python -m analyses.netsim.report")
