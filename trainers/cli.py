@@ -267,6 +267,15 @@ def masked_train_main(argv: list[str], task: str) -> int:
     if wrong:
         raise InputError(f"pe-probe train {task}: option(s) {', '.join(wrong)} do not apply to this task")
     coords = str(Path(args.coords_file).resolve()) if args.coords_file else None
+    if task == "netsim" and args.layout == "file" and coords:  # the config records the nodes the file holds
+        from trainers.tasks.netsim import node_layout
+
+        gt = node_layout("file", coords_file=coords)
+        for flag, given, held in (("--n-nodes", args.n_nodes, gt.n), ("--dim", args.dim, gt.dim)):
+            if given is not None and given != held:
+                raise InputError(f"{flag} {given} disagrees with --coords-file {args.coords_file} ({gt.n} nodes in "
+                                 f"{gt.dim}D); drop {flag}", prog=f"pe-probe train {task}")
+        args.n_nodes, args.dim = gt.n, gt.dim
     overrides = {
         "seed": args.seed, "device": args.device,
         "pe.kind": args.pe, "pe.init": args.pe_init, "pe.init_std": args.pe_init_std, "pe.every_layer": args.pe_every_layer,
@@ -306,6 +315,11 @@ def train_main(argv: list[str]) -> int:
         raise InputError(f"unknown task {args.task!r}; choose one of {', '.join((*TASKS, *MASKED_TASKS))}")
     if any(v is not None for v in (args.ensemble_seeds, args.ensemble_sigmas, args.ensemble_lrs, args.ensemble_pes)):
         return ensemble_main(args)
+    alone = [flag for flag, v in (("--ensemble-max", args.ensemble_max), ("--ensemble-workers", args.ensemble_workers))
+             if v is not None]
+    if alone:  # they shape an ensemble: without one they were silently ignored
+        raise InputError(f"{' and '.join(alone)} {'shape' if len(alone) > 1 else 'shapes'} an ensemble, and none is asked for; add an --ensemble-seeds/"
+                         f"-sigmas/-lrs/-pes list, or drop {' and '.join(alone)}", prog="pe-probe train")
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")

@@ -198,6 +198,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     )
     _check(isinstance(pe.every_layer, bool), f"pe.every_layer must be true or false, got {pe.every_layer!r}")
     _check(isinstance(pe.causal, bool), f"pe.causal must be true or false, got {pe.causal!r}")
+    _check(not pe.causal or pe.kind == "relative",
+           f"--relative-causal applies to --pe relative only (it masks later tokens there), not to --pe {pe.kind}; drop it")
     # optimiser
     _check(o.name in ("adamw", "sgd"), f"--optimizer must be 'adamw' or 'sgd', got {o.name!r}")
     _check(_finite(o.lr) and o.lr > 0, f"--lr must be a finite number > 0, got {o.lr!r}")
@@ -356,6 +358,8 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _check(d.dim in (2, 3), f"--dim must be 2 or 3, got {d.dim!r}")
         _check(d.layout in ("grid", "random", "file"), f"--layout must be grid, random or file, got {d.layout!r}")
         _check(d.layout != "file" or isinstance(d.coords_file, str), "--layout file needs --coords-file FILE")
+        _check(d.layout == "file" or d.coords_file is None,
+               f"--coords-file applies only with --layout file (this run's layout is {d.layout}); add --layout file or drop it")
         for name in ("length_scale", "p_connect", "spectral_radius", "tau", "dt", "noise", "ood_noise"):
             _check(_finite(getattr(d, name)) and getattr(d, name) > 0, f"data.{name} must be a finite number > 0")
         _check(d.p_connect <= 1, f"data.p_connect must be <= 1, got {d.p_connect!r}")

@@ -26,8 +26,9 @@ def test_preset_values_apply_and_explicit_options_win():
     assert (paper.model.d_model, paper.optim.lr, paper.optim.epochs, paper.pe.every_layer) == (160, 1e-4, 4000, True)
     assert paper.model.norm == "post" and paper.model.n_heads == 1 and paper.optim.weight_decay == 0.0
     c = cfg_of(["--preset", "paper", "--d-model", "32", "--no-pe-every-layer", "--pe-init", "uniform",
-                "--pe-init-std", "0.3", "--relative-causal", "--optimizer", "sgd", "--seed", "3"])
-    assert (c.model.d_model, c.pe.every_layer, c.pe.init, c.pe.init_std, c.pe.causal) == (32, False, "uniform", 0.3, True)
+                "--pe-init-std", "0.3", "--optimizer", "sgd", "--seed", "3"])
+    assert (c.model.d_model, c.pe.every_layer, c.pe.init, c.pe.init_std) == (32, False, "uniform", 0.3)
+    assert cfg_of(["--pe", "relative", "--relative-causal"]).pe.causal is True
     assert (c.optim.name, c.seed, c.optim.epochs) == ("sgd", 3, 4000)
     assert c.to_dict()["pe"]["init_std"] == 0.3  # nested, for `compare --by pe.init_std`
 
@@ -235,6 +236,10 @@ def test_bad_dotted_keys_are_one_line_input_errors(key, needle):
     (["--mlp-ratio", "0.001"], "width 0"),
     (["--pe-init", "zeros", "--pe-init-std", "-1"], "--pe-init-std"),
     (["--n-per-level", "5"], "no test puzzles per level"),
+    # options that were silently ignored (a new user's walk-through)
+    (["--ensemble-max", "2"], "--ensemble-max shapes an ensemble, and none is asked for"),
+    (["--ensemble-workers", "2", "--ensemble-max", "2"], "--ensemble-max and --ensemble-workers shape an ensemble"),
+    (["--pe", "sin2d", "--relative-causal"], "--relative-causal applies to --pe relative only"),
 ])
 def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, needle):
     with pytest.raises(InputError, match=needle) as e:
@@ -247,3 +252,27 @@ def test_brain_test_subjects_listed_twice_are_refused():
 
     with pytest.raises(InputError, match="twice"):
         make_masked_config("brain", "quick", {"data.test_subjects": "101309, 101309"})
+
+
+
+def test_netsim_coordinate_files_set_the_config_and_are_checked(tmp_path):
+    """--layout file recorded the default 64 nodes in 2D whatever the file held; --coords-file without it was
+    ignored; a layout with no edges named a flag that does not exist (--p-connect)."""
+    import numpy as np
+
+    coords = tmp_path / "c.csv"
+    np.savetxt(coords, np.random.default_rng(0).uniform(0, 5, size=(27, 3)), delimiter=",")
+    out = tmp_path / "r"
+    with pytest.raises(InputError, match="--coords-file applies only with --layout file"):
+        train_main(["netsim", "--coords-file", str(coords), "--out", str(out)])
+    with pytest.raises(InputError, match=r"--n-nodes 64 disagrees with --coords-file .* \(27 nodes in 3D\)"):
+        train_main(["netsim", "--layout", "file", "--coords-file", str(coords), "--n-nodes", "64", "--out", str(out)])
+    far = tmp_path / "far.csv"
+    np.savetxt(far, np.random.default_rng(0).uniform(0, 1000, size=(27, 3)), delimiter=",")
+    with pytest.raises(InputError, match=r"no edges: .* raise --length-scale to about that distance"):
+        train_main(["netsim", "--layout", "file", "--coords-file", str(far), "--out", str(out)])
+    assert not out.exists()
+    assert train_main(["netsim", "--layout", "file", "--coords-file", str(coords), "--epochs", "1", "--n-train", "32",
+                              "--out", str(out)]) == 0
+    data = json.loads((out / "config.json").read_text())["data"]
+    assert (data["n_nodes"], data["dim"], data["layout"]) == (27, 3, "file")

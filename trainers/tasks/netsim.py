@@ -105,7 +105,10 @@ def build_network(gt: GroundTruth, *, length_scale: float = 1.5, p_connect: floa
     W = np.where(edges, kernel * rng.uniform(0.5, 1.5, size=d.shape), 0.0)
     rho = np.abs(np.linalg.eigvals(W)).max()
     if rho == 0:
-        raise InputError("the simulated network has no edges; raise --length-scale or --p-connect")
+        near = np.sort(d + np.diag(np.full(len(d), np.inf)), axis=1)[:, 0]  # each node's nearest other node
+        raise InputError(f"the simulated network has no edges: the wiring length scale {length_scale:g} is short "
+                         f"for these coordinates (median nearest-node distance {np.median(near):.3g}); raise "
+                         f"--length-scale to about that distance or more")
     return Network(gt, W * (spectral_radius / rho))
 
 
