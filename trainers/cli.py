@@ -470,7 +470,7 @@ def evaluate_main(argv: list[str]) -> int:
         key = f"acc_{name.lower()}"
         if key in m:
             print(f"{name:<12}{m[key]:>10.3f}")
-    print(f"{'all':<12}{m['acc']:>10.3f}   ({m['n']} puzzles, loss {m['loss']:.4f})")
+    print(f"{'all':<12}{m['acc']:>10.3f}   ({m['n']} puzzle{'' if m['n'] == 1 else 's'}, loss {m['loss']:.4f})")
     return 0
 
 

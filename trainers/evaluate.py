@@ -300,6 +300,11 @@ def evaluate_checkpoint(
     model, cfg = model_from_checkpoint(ckpt, dev, path)
     if puzzles is None:
         check_data_sizes(cfg, path)
+        if cfg.data.ood_puzzles is not None and not os.path.isfile(cfg.data.ood_puzzles):  # moved since training
+            from pe_probe.errors import InputError
+
+            raise InputError(f"{path}: the run's held-out puzzle file {cfg.data.ood_puzzles} (data.ood_puzzles in its "
+                             f"config) is not found; pass it, or another study-format CSV, with --puzzles FILE")
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     m = split_metrics(model, encode_split(ps, dev), "x")
     out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix

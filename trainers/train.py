@@ -304,7 +304,9 @@ def _read_config(out: Path) -> dict[str, Any]:
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:
     diff = config_differences(old, new)
     if diff:
+        diff.sort(key=lambda d: d[0] != "task")  # another task first: it explains every other difference
         shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
+        shown += f" and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise RunDirRefused(out, f"holds {what} with a different config: {shown}",
                             "use another --out, or --force to restart", differences=tuple(diff))
 

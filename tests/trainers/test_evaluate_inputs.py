@@ -128,3 +128,13 @@ def test_edited_netsim_checkpoints_are_refused_before_the_costly_step(tmp_path, 
 def test_an_unedited_netsim_checkpoint_still_evaluates(tmp_path):
     ev = evaluate_checkpoint(_saved(tmp_path, _masked_payload()))
     assert ev["test_mse"] > 0 and ev["test_mse_n"] == 8
+
+
+def test_a_moved_held_out_file_names_the_run_s_config_and_the_evaluate_fix(tmp_path, monkeypatch):
+    """It named --ood-puzzles, a training option evaluate does not have."""
+    monkeypatch.setattr(trainers.train, "load_splits", _never)
+    payload = _payload()
+    payload["config"]["data"]["ood_puzzles"] = str(tmp_path / "moved.csv")
+    with pytest.raises(InputError, match=r"held-out puzzle file .*moved.csv \(data.ood_puzzles in its config\) is not "
+                                         r"found; pass it, or another study-format CSV, with --puzzles FILE"):
+        evaluate_checkpoint(_saved(tmp_path, payload))

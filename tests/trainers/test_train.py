@@ -329,6 +329,14 @@ def test_run_folder_refusals_carry_the_refused_path_and_the_reason_apart_from_th
         check_run_dir(other, run, force=False)
     assert e.value.subject == run and e.value.reason.startswith("holds a run with a different config")
     assert e.value.differences == (("seed", 7, 8),)  # all of them, for callers that show more than 3
+    many = tiny_config(**{"optim.epochs": 2, "model.dropout": 0.0, "seed": 8, "optim.lr": 0.5, "eval_every": 9})
+    with pytest.raises(RunDirRefused, match=r"\) and 1 more; use another --out"):  # the message said 3 of 4
+        check_run_dir(many, run, force=False)
+    masked = json.loads((run / "config.json").read_text())  # another task sorts first: it explains the rest
+    masked["task"] = "netsim"
+    (run / "config.json").write_text(json.dumps(masked))
+    with pytest.raises(RunDirRefused, match=r"different config: task \('netsim' -> 'lst'\)"):
+        check_run_dir(other, run, force=False)
 
 
 def test_a_last_pt_that_does_not_load_is_refused_with_the_trainer_s_fix(tmp_path):
