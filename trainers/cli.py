@@ -211,7 +211,7 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g = p.add_argument_group("positional encoding")
     g.add_argument("--pe", default=None, metavar="KIND", help=f"one of {', '.join(PE_KINDS)} (default: learned; sin2d / sin3d need 2D / 3D coordinates)")
     g.add_argument("--pe-init", default=None, metavar="INIT", help=f"learned table init: {', '.join(INITS)} (default: normal)")
-    g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init (default: 0.1)")
+    g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init, > 0 (default: 0.1)")
     _bool_flag(g, "--pe-every-layer", "a separate PE table at the input of every layer (default: on)")
     g = p.add_argument_group("model and optimisation")
     g.add_argument("--d-model", type=int, default=None,

@@ -229,19 +229,21 @@ def check_options(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineArgumentParser(prog="python -m analyses.lst.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="quick", choices=sorted(PRESET_SETTINGS))
+    p.add_argument("--preset", default="quick", choices=sorted(PRESET_SETTINGS),
+                   help="trainer preset of every run: quick (CPU: d_model 64, 40 epochs) or paper (d_model 160, 4,000 "
+                        "epochs; for a GPU) (default: %(default)s)")
     p.add_argument("--sigmas", default="default", help="default (10 values 0.01..2.0), full (0.1..2.0 step 0.1) or a comma list")
     p.add_argument("--seeds", type=int, default=None, help="seeds per group (quick: 2 for the sigma grid, 1 otherwise; paper: 15)")
     p.add_argument("--sigma-seeds", type=int, default=None, metavar="N",
                    help="seeds of the sigma grid alone (and its sin2d reference), e.g. 4 for firmer sigma statistics")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (quick 40, paper 4000)")
     p.add_argument("--workers", type=int, default=2, help="parallel training processes, or ensemble worker threads "
-                   "(1 thread each)")
+                   "(1 thread each) (default: %(default)s)")
     p.add_argument("--backend", default="local", choices=("local", "ensemble", "ray"),
                    help="local: one subprocess per run (--workers at a time; the fastest on a CPU); ensemble: every run "
                         "in this process as batched ensembles on --workers threads (same results as training alone; "
                         "meant for a GPU: on a 2-core CPU it only tied local); ray: one Ray task per run "
-                        "(extra `ray`)")
+                        "(extra `ray`) (default: %(default)s)")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                    help="ray: join this running cluster; default: start a local Ray instance")
     p.add_argument("--max-retries", type=int, default=None, metavar="N",
@@ -251,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus-per-run", type=float, default=None,
                    help="ray: GPUs each run declares (with --set device=cuda; default 0)")
     p.add_argument("--root", default="runs/lst-sweep",
-                   help="sweep folder: one subfolder per run; with --backend ray also an fsspec URL (s3://...)")
-    p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL")
+                   help="sweep folder: one subfolder per run; with --backend ray also an fsspec URL (s3://...) "
+                        "(default: %(default)s)")
+    p.add_argument("--state-dir", default="runs/sweep-state", help="where grid.json and sweep.log go when --root is a URL "
+                   "(default: %(default)s)")
     p.add_argument("--groups", default=",".join(GROUPS), help=f"subset of groups to run (default: all of {', '.join(GROUPS)})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted config override for every run (e.g. device=cuda, model.d_model=8); not for the keys "
