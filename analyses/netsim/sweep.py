@@ -306,15 +306,18 @@ RUN_KEYS = ("label", "pe", "sigma", "seed")  # the columns that name a run's con
 
 
 def analyse_sweep(df: pd.DataFrame, extra: Callable[[Any], dict[str, float]] | None = None,
-                  n_perm: int = N_PERM) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+                  n_perm: int = N_PERM, log: Callable[[str], None] = lambda s: print(s, flush=True)
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Every per-layer PE table of every run in ``df`` (one row per run, with ``run`` folders) analysed by
     `analyse_run`, ``extra(result)``'s metrics added to each table's (e.g. a second ground truth).
 
     Returns ``df`` with its layer-0 table's metrics joined (empty for runs without a table, PE ``none``), the
     layer rows (one per run and table: the run's condition columns, ``layer`` and that table's metrics) and
-    the layer-0 results of seed 0 by condition label (for layout figures).
+    the layer-0 results of seed 0 by condition label (for layout figures). ``log`` gets a line per run (the
+    analyses take a minute or two).
     """
     rows, layer_rows, seed0 = [], [], {}
+    t0, n, analysed = time.time(), int((df["pe"] != "none").sum()), 0
     for _, r in df.iterrows():
         if r["pe"] == "none":
             rows.append({})
@@ -322,6 +325,9 @@ def analyse_sweep(df: pd.DataFrame, extra: Callable[[Any], dict[str, float]] | N
         ckpt = Path(r["run"]) / "last.pt"
         first = analyse_run(ckpt, n_perm)
         tables = [first] + [analyse_run(ckpt, n_perm, layer=k) for k in range(1, first[0]["pe_n_tables"])]
+        analysed += 1
+        log(f"  analysed [{analysed}/{n}] {Path(r['run']).name}: {len(tables)} PE table(s), layer-0 RSA "
+            f"{first[0].get('rsa_spearman', float('nan')):.3f} ({time.time() - t0:.0f} s)")
         for layer, (m, res) in enumerate(tables):
             m.update(extra(res) if extra else {})
             layer_rows.append({**{k: r[k] for k in RUN_KEYS}, "layer": layer, **m})

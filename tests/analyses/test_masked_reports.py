@@ -356,7 +356,9 @@ def test_analyse_sweep_reads_every_layer_table(tmp_path):
         seen.append(res.table.copy())
         return {"n_rows": float(len(res.table))}
 
-    out, layers, seed0 = analyse_sweep(df, extra, n_perm=19)
+    lines = []
+    out, layers, seed0 = analyse_sweep(df, extra, n_perm=19, log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("  analysed [1/1] learned-s0.1-seed0: 2 PE table(s), layer-0 RSA ")
     assert list(out["pe_table"].fillna("")) == ["blocks.0.pe.table", ""]
     assert list(layers["layer"]) == [0, 1] and list(layers["pe_table"]) == ["blocks.0.pe.table", "blocks.1.pe.table"]
     assert (layers["n_rows"] == 64).all() and len(seen) == 2 and not np.allclose(seen[0], seen[1])
