@@ -8,8 +8,12 @@ on one line and exits 2); argparse's own usage errors are turned into InputError
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import sys
 from pathlib import Path
+from typing import Iterator
 
 from pe_probe.errors import InputError
 
@@ -293,8 +297,9 @@ def masked_train_main(argv: list[str], task: str) -> int:
         overrides.update({"data.stride": args.stride, "data.test_subjects": args.test_subjects,
                           "data.n_test_subjects": args.n_test_subjects})
     cfg = make_masked_config(task, args.preset, overrides)
-    m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs,
-                     tf32=args.tf32)
+    with where_it_stopped(args.out, cfg.optim.epochs):
+        m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16,
+                         cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     print(f"{args.out}: train_mse {m.get('train_mse', float('nan')):.4f}  test_mse {m.get('test_mse', float('nan')):.4f}"
           f"  ood_mse {m.get('ood_mse', float('nan')):.4f} (predicting zero: {m.get('ood_mse_zero', float('nan')):.4f})"
           f"  (checkpoint: {Path(args.out) / 'last.pt'})")
@@ -323,11 +328,34 @@ def train_main(argv: list[str]) -> int:
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
-    metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16, cuda_graphs=args.cuda_graphs,
-                    tf32=args.tf32)
+    with where_it_stopped(args.out, cfg.optim.epochs):
+        metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16,
+                        cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
     return 0
+
+
+@contextlib.contextmanager
+def where_it_stopped(out: str | os.PathLike, epochs: int) -> Iterator[None]:
+    """On Ctrl-C or a kill during training, say what a rerun of the same command will do: resume from the
+    epoch in ``out``/last.pt, or start over when no checkpoint was written yet."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        last = Path(out) / "last.pt"
+        try:
+            from trainers.checkpoint import load_checkpoint
+
+            epoch = load_checkpoint(last)["epoch"] if last.is_file() else None
+        except Exception:  # a torn file: the trainer refuses it on the rerun and says so
+            epoch = None
+        state = (f"the last checkpoint is epoch {epoch} of {epochs} ({last}): rerun the same command to resume from it"
+                 if isinstance(epoch, int) else "no checkpoint was written yet: a rerun starts over")
+        sys.stderr.write(f"pe-probe train: stopped; {state}\n")
+        raise
 
 
 def _parse_list(text: str, kind, option: str) -> list:

@@ -276,3 +276,28 @@ def test_netsim_coordinate_files_set_the_config_and_are_checked(tmp_path):
                               "--out", str(out)]) == 0
     data = json.loads((out / "config.json").read_text())["data"]
     assert (data["n_nodes"], data["dim"], data["layout"]) == (27, 3, "file")
+
+
+def test_an_interrupted_training_says_what_a_rerun_will_do(tmp_path, capsys):
+    """Ctrl-C printed only 'pe-probe: interrupted': a paper-preset run stopped before its first checkpoint
+    (every 250 epochs) lost everything without saying so."""
+    from pe_probe.groundtruth import grid
+    from trainers.checkpoint import make_payload, save_checkpoint
+    from trainers.cli import where_it_stopped
+    from trainers.config import make_config
+    from trainers.model import PETransformer
+
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt), where_it_stopped(run, 40):
+        raise KeyboardInterrupt
+    assert capsys.readouterr().err == "pe-probe train: stopped; no checkpoint was written yet: a rerun starts over\n"
+    cfg = make_config("quick", {"model.d_model": 16, "model.n_layers": 1, "model.n_heads": 1})
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(grid(4, 4).coords))
+    run.mkdir()
+    save_checkpoint(make_payload(model, cfg.to_dict(), grid(4, 4), step=9, epoch=3, metrics={}), run / "last.pt")
+    with pytest.raises(SystemExit), where_it_stopped(run, 40):
+        raise SystemExit(143)  # a kill
+    assert f"the last checkpoint is epoch 3 of 40 ({run / 'last.pt'}): rerun the same command" in capsys.readouterr().err
+    with pytest.raises(SystemExit), where_it_stopped(run, 40):
+        raise SystemExit(0)  # not a stop
+    assert capsys.readouterr().err == ""
