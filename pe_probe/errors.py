@@ -2,6 +2,7 @@
 
 import argparse
 import errno
+import os
 import re
 import sys
 from typing import Callable, NoReturn
@@ -52,9 +53,15 @@ def os_error_message(exc: OSError) -> str | None:
     fix = _PATH_FIXES.get(exc.errno)
     if fix is None:
         return None
-    path = exc.filename if exc.filename is not None else "a path"
-    shown = repr(str(path)) if any(c in str(path) for c in "\n\r") else str(path)
+    shown = show_path(exc.filename) if exc.filename is not None else "a path"
     return f"{shown}: {exc.strerror or 'cannot be used'}; {fix}"
+
+
+def show_path(path: str | os.PathLike) -> str:
+    """A path as it should appear in a one-line message: as is, or repr()-quoted when it holds a newline
+    or another control character (which would cut or garble the message)."""
+    text = os.fspath(path)
+    return repr(text) if any(ord(c) < 32 or ord(c) == 127 for c in text) else text
 
 
 def torch_load_reason(e: BaseException) -> str:

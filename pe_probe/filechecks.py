@@ -16,20 +16,13 @@ from typing import IO, Callable
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, show_path
 from pe_probe.errors import first_line as _first_line
 
 NPY_MAGIC = b"\x93NUMPY"
 # torch zip checkpoints keep their object tree in data.pkl: a few KB to a few MB for real models. The
 # weights-only unpickler is pure Python (~1 s per MiB of opcodes at worst), so more than this is refused.
 MAX_TORCH_PICKLE_BYTES = 16 << 20
-
-
-def show_path(path: str | os.PathLike) -> str:
-    """A path as it should appear in a one-line message: as is, or repr()-quoted when it holds a newline
-    or another control character (which would cut or garble the message)."""
-    text = os.fspath(path)
-    return repr(text) if any(ord(c) < 32 or ord(c) == 127 for c in text) else text
 
 
 def _read_header(fh: IO[bytes], label: str, what: str) -> tuple[tuple[int, ...], np.dtype, int]:

@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pe_probe.errors import InputError, NoPETableError, torch_load_reason
+from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.filechecks import check_torch_pickle, open_npy, open_npz, show_path
+from pe_probe.filechecks import check_torch_pickle, open_npy, open_npz
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
 
@@ -147,15 +147,20 @@ def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[s
     single unnamed table, stored under the name ``"table"``), ``notes``.
     """
     store, meta = _open(source)
-    shown = show_path(meta["source"])
     state = {}
     for name in store.shapes:  # claimed sizes first: views convert these to float64
-        label = shown if meta["raw"] else f"{name} in {shown}"
+        label = _tensor_label(meta, name)
         if name in store.problems:
             raise InputError(f"{label}: {store.problems[name]}")
         check_tensor_bytes(store.shapes[name], label)
         state[name] = store.read(name)
     return state, meta
+
+
+def _tensor_label(meta: dict[str, Any], name: str) -> str:
+    """How messages name tensor ``name`` of a source: the file alone for a bare table, else NAME in FILE."""
+    shown = show_path(meta["source"])
+    return shown if meta["raw"] else f"{name} in {shown}"
 
 
 def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
@@ -213,7 +218,7 @@ def load_table(
                      f"names: {_listing([f'{i}={n}' for i, n in enumerate(names)])}")
 
     # Everything up to the size guard works on the shapes the source claims; no tensor data is read yet.
-    labels = {name: shown if meta["raw"] else f"{name} in {shown}" for name in chosen}
+    labels = {name: _tensor_label(meta, name) for name in chosen}
     shapes = {name: _table_shape(store, name, labels[name]) for name in chosen}
     original_shape = store.shapes[chosen[0]]
     if len(set(shapes.values())) > 1:
