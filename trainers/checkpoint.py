@@ -102,6 +102,11 @@ class CheckpointRefused(InputError):
     def __reduce__(self):  # raised in a worker process, it must unpickle in the parent
         return type(self), (str(self), self.reason)
 
+    @property
+    def brief(self) -> str:
+        """The reason's first sentence: torch's miniz message runs on for 300 characters."""
+        return self.reason.split(". ")[0]
+
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a pe-probe checkpoint with ``weights_only=True``; bad files raise InputError."""
@@ -125,3 +130,14 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointRefused(f"checkpoint {path} lacks key(s) {', '.join(missing)}",
                                 f"lacks key(s) {', '.join(missing)}")
     return ckpt
+
+
+def last_epoch(run_dir: str | os.PathLike) -> int | None:
+    """Epoch stored in RUN_DIR/last.pt, or None when there is none (or it cannot be read)."""
+    path = Path(run_dir) / "last.pt"
+    if not path.exists():
+        return None
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+    except Exception:  # a torn or foreign file: not finished
+        return None

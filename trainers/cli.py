@@ -345,15 +345,11 @@ def where_it_stopped(out: str | os.PathLike, epochs: int) -> Iterator[None]:
     except (KeyboardInterrupt, SystemExit) as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        last = Path(out) / "last.pt"
-        try:
-            from trainers.checkpoint import load_checkpoint
+        from trainers.checkpoint import last_epoch
 
-            epoch = load_checkpoint(last)["epoch"] if last.is_file() else None
-        except Exception:  # a torn file: the trainer refuses it on the rerun and says so
-            epoch = None
-        state = (f"the last checkpoint is epoch {epoch} of {epochs} ({last}): rerun the same command to resume from it"
-                 if isinstance(epoch, int) else "no checkpoint was written yet: a rerun starts over")
+        epoch = last_epoch(out)  # None without one, or a torn one (the trainer refuses it on the rerun, and says so)
+        state = (f"the last checkpoint is epoch {epoch} of {epochs} ({Path(out) / 'last.pt'}): rerun the same command "
+                 f"to resume from it" if epoch is not None else "no checkpoint was written yet: a rerun starts over")
         sys.stderr.write(f"pe-probe train: stopped; {state}\n")
         raise
 

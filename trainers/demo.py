@@ -36,8 +36,8 @@ def _finished(run: Path, epochs: int, out: Path) -> bool:
     project's loader (weights only) and a file that is no readable checkpoint is a one-line InputError
     naming it and the fix, before any training.
     """
-    from pe_probe.errors import InputError, first_line
-    from trainers.checkpoint import load_checkpoint
+    from pe_probe.errors import InputError
+    from trainers.checkpoint import CheckpointRefused, load_checkpoint
 
     last = run / "last.pt"
     if not last.exists() and not last.is_symlink():
@@ -47,9 +47,8 @@ def _finished(run: Path, epochs: int, out: Path) -> bool:
         raise InputError(f"{last} is not a checkpoint file; {fix}")
     try:
         epoch = load_checkpoint(last, map_location="cpu")["epoch"]
-    except InputError as e:
-        reason = (getattr(e, "reason", None) or first_line(e)).split(". ")[0]  # torch's first sentence only
-        raise InputError(f"{last} is no readable checkpoint ({reason}); {fix}") from None
+    except CheckpointRefused as e:  # a file is there (checked above): any refusal is this kind
+        raise InputError(f"{last} is no readable checkpoint ({e.brief}); {fix}") from None
     if isinstance(epoch, bool) or not isinstance(epoch, int):
         raise InputError(f"{last}: its epoch is {type(epoch).__name__} {str(epoch)[:40]!r}, not an integer; {fix}")
     return epoch >= epochs

@@ -241,16 +241,21 @@ MAX_OOD_PER_LEVEL = 10_000
 
 def check_data_sizes(cfg: TrainConfig, path: Any) -> None:
     """Refuse data sizes no real run uses before regenerating any puzzle (one line, naming the limit)."""
+    limits = {"n_per_level": MAX_PER_LEVEL}
+    if cfg.data.ood_puzzles is None:  # else the OOD set is read from that file, not generated
+        limits["n_ood_per_level"] = MAX_OOD_PER_LEVEL
+    _refuse_above(cfg.data, limits, path, "pass --puzzles FILE, or re-save the checkpoint")
+
+
+def _refuse_above(data: Any, limits: dict[str, int], path: Any, fix: str) -> None:
+    """InputError naming the first data setting of a checkpoint's config above its limit, and ``fix``."""
     from pe_probe.errors import InputError
 
-    d = cfg.data
-    sizes = [("n_per_level", d.n_per_level, MAX_PER_LEVEL)]
-    if d.ood_puzzles is None:  # else the OOD set is read from that file, not generated
-        sizes.append(("n_ood_per_level", d.n_ood_per_level, MAX_OOD_PER_LEVEL))
-    for key, value, limit in sizes:
+    for key, limit in limits.items():
+        value = getattr(data, key)
         if value > limit:
             raise InputError(f"{path}: its config's data.{key} is {value:,}, above the {limit:,} pe-probe regenerates "
-                             f"for an evaluation; pass --puzzles FILE, or re-save the checkpoint")
+                             f"for an evaluation; {fix}")
 
 
 # A netsim evaluation regenerates the simulation from its config (n_nodes^2 work per step, for every window):
@@ -262,14 +267,7 @@ MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
 
 def check_masked_data_sizes(cfg: Any, path: Any) -> None:
     """Refuse netsim / brain data sizes no real run uses before any data is regenerated or loaded."""
-    from pe_probe.errors import InputError
-
-    d = cfg.data
-    limits = MAX_NETSIM if cfg.task == "netsim" else {"window": MAX_WINDOW}
-    for key, limit in limits.items():
-        if getattr(d, key) > limit:
-            raise InputError(f"{path}: its config's data.{key} is {getattr(d, key):,}, above the {limit:,} pe-probe "
-                             f"regenerates for an evaluation; {_EDITED}")
+    _refuse_above(cfg.data, MAX_NETSIM if cfg.task == "netsim" else {"window": MAX_WINDOW}, path, _EDITED)
 
 
 def evaluate_checkpoint(

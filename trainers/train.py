@@ -332,8 +332,7 @@ def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | 
         try:
             resume = load_checkpoint(out / LAST)
         except CheckpointRefused as e:  # torn or foreign; the loader's fix ("pass the .pt file of a run") is not ours
-            why = e.reason.split(". ")[0]  # torch's first sentence: its miniz message runs on for 300 characters
-            raise RunDirRefused(out / LAST, f"does not load as a pe-probe checkpoint ({why}), so the run cannot "
+            raise RunDirRefused(out / LAST, f"does not load as a pe-probe checkpoint ({e.brief}), so the run cannot "
                                 "resume", "use --force to restart it, or another --out") from None
         if "optimizer" not in resume and resume["epoch"] < cfg.optim.epochs:
             raise RunDirRefused(out / LAST, "holds no optimizer state (a checkpoints/step-*.pt copied over it?), so the "

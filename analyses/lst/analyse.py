@@ -77,7 +77,7 @@ def checkpoints(run_dir: Path) -> list[Path]:
 
 
 def finished_runs(root: Path) -> list[Path]:
-    from analyses.lst.runner import last_epoch
+    from trainers.checkpoint import last_epoch
 
     out = []
     for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").exists()):
@@ -159,7 +159,7 @@ class AttentionCache:
         if seed not in self._maps:
             from trainers.attention import attention_maps
 
-            from analyses.lst.runner import last_epoch
+            from trainers.checkpoint import last_epoch
 
             ref = self.root / f"sin2d-seed{seed}"
             ok = (ref / "config.json").exists() and last_epoch(ref) == configured_epochs(ref)

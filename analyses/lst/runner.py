@@ -39,21 +39,10 @@ class RunResult:
     seconds: float
 
 
-def last_epoch(run_dir: str | os.PathLike) -> int | None:
-    """Epoch stored in RUN_DIR/last.pt, or None when there is none (or it cannot be read)."""
-    path = Path(run_dir) / "last.pt"
-    if not path.exists():
-        return None
-    import torch
-
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
-    except Exception:  # a torn or foreign file: not finished
-        return None
-
-
 def is_finished(spec: RunSpec, run_dir: str | os.PathLike) -> bool:
     """A run is finished when its last.pt holds epoch == the configured number of epochs."""
+    from trainers.checkpoint import last_epoch  # torch: imported when needed, not with this module
+
     ep = last_epoch(run_dir)
     return ep is not None and ep >= spec.config().optim.epochs
 

@@ -182,8 +182,8 @@ def report_main(p: Any, argv: list[str] | None, task: str, scales: dict[str, Sca
 
 def untrained_runs(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> list[Path]:
     """The sweep's run folders without a finished last.pt (one at the epoch its config trains to; a missing,
-    torn or foreign last.pt is not finished: `analyses.lst.runner.last_epoch`)."""
-    from analyses.lst.runner import last_epoch
+    torn or foreign last.pt is not finished: `trainers.checkpoint.last_epoch`)."""
+    from trainers.checkpoint import last_epoch
     from trainers.config import make_masked_config
 
     missing = []
