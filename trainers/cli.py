@@ -438,7 +438,12 @@ def ensemble_main(args: argparse.Namespace) -> int:
     cfgs = _drop_sigma_duplicates(cfgs)
     if cfgs[0].data.ood_puzzles is not None and not Path(cfgs[0].data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
-    outs = [Path(args.out) / member_name(c) for c in cfgs]
+    root = Path(args.out)
+    own = [name for name in ("last.pt", "config.json") if (root / name).exists()]
+    if own:  # the members' folders would nest inside another run's folder
+        raise InputError(f"--out {root} is a single run's folder (it holds {own[0]}); with --ensemble-* lists --out is the "
+                         f"root folder of many runs: choose another --out, e.g. {root.parent / (root.name + '-ensemble')}")
+    outs = [root / member_name(c) for c in cfgs]
     if len(set(outs)) != len(outs):
         twin = next(o for o in outs if outs.count(o) > 1)
         raise InputError(f"two runs of the lists would share the folder {twin.name}: its name rounds their values; "

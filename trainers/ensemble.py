@@ -66,7 +66,7 @@ from trainers.provenance import code_version, record_session
 from trainers.train import (
     METRICS_FILE, SpeedOptions, _trim_metrics, flatten_config, check_run_dir, checked_splits, checkpoints_at, compiled_step,
     epoch_seed, evaluates_at, fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint,
-    seed_everything, start_run_dir,
+    seed_everything, start_message, start_run_dir,
 )
 
 WHOLE_STACK_DEVICES = ("cuda",)  # where the fused AdamW call takes stacked tensors whole (`StackedOptimizer`)
@@ -707,6 +707,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
 
     epochs, bs = cfg0.optim.epochs, cfg0.optim.batch_size
     base.train()
+    log(start_message(name_of, cfg0, start_epoch, n_train, "puzzles", device))  # no progress bar here
     t0 = time.time()
     for epoch in range(start_epoch, epochs):
         # per-member data order from (seed, epoch), as in `train`; one global RNG seed for dropout

@@ -97,6 +97,16 @@ def evaluates_at(cfg: Any, epoch: int) -> bool:
     return epoch % cfg.eval_every == 0 or checkpoints_at(cfg, epoch)
 
 
+def start_message(name: str, cfg: Any, start_epoch: int, n_train: int, unit: str, device: Any) -> str:
+    """The line a trainer prints as its epochs begin: without a progress bar (output piped to a file, or an
+    ensemble) nothing else appears until the first evaluation, which can be many minutes away."""
+    first = start_epoch + 1
+    every = cfg.eval_every
+    next_eval = next(e for e in range(first, cfg.optim.epochs + 1) if evaluates_at(cfg, e))
+    return (f"{name}: training epochs {first}-{cfg.optim.epochs} on {device} ({n_train} {unit} per epoch); "
+            f"evaluating every {every} epoch{'s' if every != 1 else ''}, first after epoch {next_eval}")
+
+
 def checkpoints_at(cfg: Any, epoch: int) -> bool:
     """Whether the trainers write a checkpoint after ``epoch``: every ``ckpt_every`` epochs and at the last."""
     return epoch % cfg.ckpt_every == 0 or epoch == cfg.optim.epochs
@@ -482,6 +492,8 @@ def train(
     t0 = time.time()
     bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
                disable=not sys.stderr.isatty(), leave=False)
+    if bar.disable:
+        log(start_message(str(out), cfg, start_epoch, n_train, "puzzles", device))
     for epoch in bar:
         # per-epoch randomness derived from (seed, epoch): the shuffle and the global RNG (dropout)
         g = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch))

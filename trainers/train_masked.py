@@ -30,7 +30,8 @@ from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
 from trainers.train import (check_run_dir, checkpoints_at, epoch_seed, evaluates_at, make_optimizer, record_evaluation,
-                            restore_run, save_run_checkpoint, seed_everything, speed_setup, start_run_dir)
+                            restore_run, save_run_checkpoint, seed_everything, speed_setup, start_message,
+                            start_run_dir)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
 
@@ -195,6 +196,8 @@ def train_masked(
     t0 = time.time()
     bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
                disable=not sys.stderr.isatty(), leave=False)
+    if bar.disable:
+        log(start_message(str(out), cfg, start_epoch, n_train, "windows", device))
     for epoch in bar:
         g = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch))
         perm = torch.randperm(n_train, generator=g).to(device)

@@ -1,6 +1,7 @@
 """`pe-probe train / evaluate / demo` command lines: options, validation, output."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -245,6 +246,17 @@ def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, nee
     with pytest.raises(InputError, match=needle) as e:
         train_main(["lst", "--out", str(tmp_path / "r"), *argv])
     assert "\n" not in str(e.value) and not (tmp_path / "r").exists()
+
+
+def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path):
+    """Its member folders used to nest inside the finished run's folder."""
+    run = tmp_path / "run"
+    assert train_main(["lst", "--out", str(run), *TINY]) == 0
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(InputError, match=rf"--out {re.escape(str(run))} is a single run's folder \(it holds last.pt\); "
+                                         r".* choose another --out, e.g. .*run-ensemble") as e:
+        train_main(["lst", "--out", str(run), "--ensemble-seeds", "0,1", *TINY])
+    assert "\n" not in str(e.value) and sorted(p.name for p in run.iterdir()) == before
 
 
 def test_brain_test_subjects_listed_twice_are_refused():

@@ -104,7 +104,9 @@ def test_ensemble_checkpoint_is_an_ordinary_checkpoint(tmp_path, capsys):
     from pe_probe.cli import main
 
     cfgs = [tiny(seed=s, **{"optim.epochs": 2}) for s in (0, 1)]
-    train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=quiet)
+    msgs = []
+    train_ensemble(cfgs, [tmp_path / "a", tmp_path / "b"], log=msgs.append, workers=1)
+    assert msgs[0].startswith("ensemble of 2 (a, ...): training epochs 1-2 on cpu (")  # an ensemble has no bar
     ckpt = torch.load(tmp_path / "a" / "last.pt", weights_only=True)
     assert ckpt["format"] == FORMAT and all(k in ckpt for k in CONTRACT_KEYS)
     assert ckpt["pe_params"] == ["blocks.0.pe.table", "blocks.1.pe.table"]

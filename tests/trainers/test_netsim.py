@@ -105,7 +105,9 @@ def test_config_round_trip_and_lst_untouched():
 
 def test_tiny_run_trains_writes_a_checkpoint_that_analyze_reads(tmp_path):
     run = tmp_path / "run"
-    m = train_masked(tiny(), run, log=lambda s: None)
+    msgs = []
+    m = train_masked(tiny(), run, log=msgs.append)
+    assert msgs[0].startswith(f"{run}: training epochs 1-") and "windows per epoch" in msgs[0]
     for key in ("train_mse", "test_mse", "ood_mse", "ood_mse_noise", "ood_mse_zero"):
         assert np.isfinite(m[key])
     ck = load_checkpoint(run / "last.pt")

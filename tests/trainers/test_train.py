@@ -63,6 +63,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tmp_path, monk
     msgs = []
     resumed = train(cfg, tmp_path / "resumed", log=msgs.append)
     assert any("resuming from epoch 2" in m for m in msgs)
+    assert any(m.startswith(f"{tmp_path / 'resumed'}: training epochs 3-4 on cpu (") for m in msgs)
     assert resumed == full
     assert metric_lines(tmp_path / "resumed") == metric_lines(tmp_path / "full")
     a = load_checkpoint(tmp_path / "full" / "last.pt")
@@ -70,6 +71,15 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tmp_path, monk
     assert a["model"].keys() == b["model"].keys()
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert a["step"] == b["step"] and a["metrics"] == b["metrics"]
+
+
+def test_without_a_progress_bar_the_run_says_when_its_first_evaluation_comes(tmp_path):
+    """Piped output has no progress bar: the first line must come at the start, not at the first evaluation."""
+    msgs = []
+    train(tiny_config(**{"eval_every": 3, "ckpt_every": 2}), tmp_path / "run", log=msgs.append)
+    assert re.fullmatch(rf"{re.escape(str(tmp_path / 'run'))}: training epochs 1-4 on cpu \(\d+ puzzles per epoch\); "
+                        r"evaluating every 3 epochs, first after epoch 2", msgs[0])  # the checkpoint at 2 comes first
+    assert msgs[1].startswith("epoch 2/4")
 
 
 def test_checkpoints_follow_the_contract(tmp_path):
