@@ -96,7 +96,8 @@ def parse_ground_truth(spec: str | os.PathLike) -> GroundTruth:
     """A ground truth from a built-in spec (``line:N``, ``grid:HxW``, ``grid:HxWxD``) or a file.
 
     Built-ins are case-insensitive and tolerate spaces (``"Grid: 4 x 4"``). Files: ``.npy`` (N x k, or
-    N -> N x 1), ``.csv`` (N x k numbers, an optional header row of names is skipped), ``.txt``
+    N -> N x 1), ``.csv`` (N x k numbers, an optional header row of names is skipped; when it names columns
+    ``true_0 .. true_{k-1}``, as pe-probe's own embedding.csv does, only those are read), ``.txt``
     (whitespace- or comma-separated numbers, ``#`` comments). Raises InputError on anything else.
     """
     text = os.fspath(spec)
@@ -272,7 +273,29 @@ def _from_file(text: str) -> GroundTruth:
         coords = load_npy(path, "ground truth")
     else:
         coords = read_number_table(path, header=suffix == ".csv", what="ground truth")
+        if suffix == ".csv":
+            coords = _true_columns(path, coords)
     return GroundTruth(_validate_coords(coords, text), text, "file", None)
+
+
+_TRUE_COLUMN = re.compile(r"true_(\d+)")
+
+
+def _true_columns(path: Path, table: np.ndarray) -> np.ndarray:
+    """The ``true_0, true_1, ...`` columns of a CSV whose header names them (pe-probe's own embedding.csv,
+    whose other columns are the position index and the recovered coordinates), else the whole table."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        first = next((row for row in csv.reader(fh) if any(c.strip() for c in row)), [])
+    names = [c.strip() for c in first]
+    if _all_numbers(names) or len(names) != table.shape[1]:
+        return table
+    found = {int(m.group(1)): i for i, name in enumerate(names) if (m := _TRUE_COLUMN.fullmatch(name))}
+    if not found:
+        return table
+    if sorted(found) != list(range(len(found))):
+        raise InputError(f"{path}: its header names true_ columns {', '.join(f'true_{k}' for k in sorted(found))}; "
+                         f"ground-truth columns must be true_0 .. true_{{k-1}}, without gaps")
+    return table[:, [found[k] for k in range(len(found))]]
 
 
 def _validate_coords(coords: np.ndarray, name: str) -> np.ndarray:

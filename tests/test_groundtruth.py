@@ -79,6 +79,22 @@ def test_csv_with_and_without_header(tmp_path) -> None:
         np.testing.assert_array_equal(gt.coords, [[1, 2, 3], [4, 5, 6.5]])
 
 
+def test_our_own_embedding_csv_gives_its_true_columns(tmp_path) -> None:
+    """An analysis's embedding.csv (position, true_*, recovered columns) was read as a 9-column ground truth."""
+    from pe_probe.api import analyze_source, write_analysis
+
+    result = analyze_source("builtin:sin2d:6x4", n_perm=99, n_boot=0, methods=("pca",))
+    write_analysis(result, tmp_path / "report", figures=False)
+    gt = parse_ground_truth(tmp_path / "report" / "embedding.csv")
+    np.testing.assert_array_equal(gt.coords, grid(6, 4).coords)
+    # columns in any order; a gap in the numbering is refused
+    (tmp_path / "swapped.csv").write_text("true_1,position,true_0\n5,0,1\n6,1,2\n")
+    np.testing.assert_array_equal(parse_ground_truth(tmp_path / "swapped.csv").coords, [[1, 5], [2, 6]])
+    (tmp_path / "gap.csv").write_text("position,true_0,true_2\n0,1,5\n1,2,6\n")
+    with pytest.raises(InputError, match=r"true_0, true_2; .* without gaps"):
+        parse_ground_truth(tmp_path / "gap.csv")
+
+
 def test_txt_whitespace_or_comma_with_comments(tmp_path) -> None:
     (tmp_path / "a.txt").write_text("# x y\n0 0\n0\t1  # trailing comment\n1,0\n")
     gt = parse_ground_truth(tmp_path / "a.txt")
