@@ -488,7 +488,8 @@ def evaluate_main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
-    if "acc" not in m:  # netsim / brain: MSE over masked tokens per split
+    prefix = "ood" if args.puzzles is None else "puzzles"
+    if f"{prefix}_acc" not in m:  # netsim / brain: MSE over masked tokens per split
         print(f"{'metric':<20}{'mse':>10}{'zero':>10}{'windows':>9}")
         for key in sorted(k for k in m if "_mse" in k and not k.endswith(("_zero", "_n"))):
             print(f"{key:<20}{m[key]:>10.4f}{m.get(key + '_zero', float('nan')):>10.4f}{m.get(key + '_n', 0):>9}")
@@ -496,10 +497,11 @@ def evaluate_main(argv: list[str]) -> int:
         return 0
     print(f"{'level':<12}{'accuracy':>10}")
     for name in LEVELS:
-        key = f"acc_{name.lower()}"
+        key = f"{prefix}_acc_{name.lower()}"
         if key in m:
             print(f"{name:<12}{m[key]:>10.3f}")
-    print(f"{'all':<12}{m['acc']:>10.3f}   ({m['n']} puzzle{'' if m['n'] == 1 else 's'}, loss {m['loss']:.4f})")
+    n = m[f"{prefix}_n"]
+    print(f"{'all':<12}{m[prefix + '_acc']:>10.3f}   ({n} puzzle{'' if n == 1 else 's'}, loss {m[prefix + '_loss']:.4f})")
     return 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from pe_probe.errors import InputError
-from trainers.pe import INITS, PE_KINDS
+from trainers.pe import INITS, PE_KINDS, pe_kinds_for
 
 TASKS = ("lst",)
 DEVICES = ("cpu", "cuda", "auto")
@@ -171,8 +171,10 @@ def _int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Check every option; raise a one-line InputError naming the option and the allowed values."""
+def validate(cfg: TrainConfig, coords_dim: int = 2) -> TrainConfig:
+    """Check every option; raise a one-line InputError naming the option and the allowed values.
+
+    ``coords_dim``: the dimension of the task's positions (the Latin Square grid: 2), which limits the PE kinds."""
     m, pe, o, d = cfg.model, cfg.pe, cfg.optim, cfg.data
     _check(cfg.task in TASKS, f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
     _check(_int(cfg.seed) and cfg.seed >= 0, f"--seed must be an integer >= 0, got {cfg.seed!r}")
@@ -190,7 +192,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(_finite(m.dropout) and 0 <= m.dropout < 1, f"--dropout must be in [0, 1), got {m.dropout!r}")
     _check(m.readout in ("last", "cls"), f"--readout must be 'last' or 'cls', got {m.readout!r}")
     # positional encoding
-    _check(pe.kind in PE_KINDS, f"unknown PE kind {pe.kind!r}; choose one of {', '.join(PE_KINDS)}")
+    kinds = pe_kinds_for(coords_dim)
+    _check(pe.kind in PE_KINDS, f"unknown PE kind {pe.kind!r}; choose one of {', '.join(kinds)}")
+    _check(pe.kind in kinds, f"--pe {pe.kind} needs {PE_KINDS[pe.kind].coords_dim}D positions and this task's are "
+                             f"{coords_dim}D; choose one of {', '.join(kinds)}")
     _check(pe.init in INITS, f"--pe-init must be one of {', '.join(INITS)}, got {pe.init!r}")
     _check(  # also for init "zeros", which does not use it: config.json records it
         _finite(pe.init_std) and pe.init_std > 0,
@@ -348,8 +353,8 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
     # reuse the LST validator for everything but task and data
     shadow = TrainConfig(task="lst", seed=cfg.seed, preset=cfg.preset, device=cfg.device, model=cfg.model,
                          pe=cfg.pe, optim=cfg.optim, eval_every=cfg.eval_every, ckpt_every=cfg.ckpt_every)
-    validate(shadow)
     d = cfg.data
+    validate(shadow, coords_dim=d.dim if cfg.task == "netsim" and d.dim in (2, 3) else 3)  # brain: 3D MNI positions
     for name in ("mask_train", "mask_test", "mask_ood"):
         _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")

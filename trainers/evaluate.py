@@ -273,7 +273,8 @@ def check_masked_data_sizes(cfg: Any, path: Any) -> None:
 def evaluate_checkpoint(
     path: str | os.PathLike, puzzles: str | os.PathLike | None = None, device: str = "cpu"
 ) -> dict[str, float | int]:
-    """Accuracy overall and per level (keys ``acc``, ``acc_binary``, ..., ``loss``, ``n``).
+    """Accuracy overall and per level, keyed as in the run's metrics.jsonl: ``ood_acc``, ``ood_acc_binary``,
+    ..., ``ood_loss``, ``ood_n`` for the run's own held-out set; ``puzzles_acc``, ... for a ``puzzles`` file.
 
     netsim / brain checkpoints: MSE per split instead (``test_mse``, ``ood_mse``, ...; see
     `trainers.train_masked.evaluate_masked_checkpoint`).
@@ -304,7 +305,7 @@ def evaluate_checkpoint(
             raise InputError(f"{path}: the run's held-out puzzle file {cfg.data.ood_puzzles} (data.ood_puzzles in its "
                              f"config) is not found; pass it, or another study-format CSV, with --puzzles FILE")
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
-    m = split_metrics(model, encode_split(ps, dev), "x")
-    out = {k[2:]: v for k, v in m.items()}  # drop the "x_" prefix
-    out["n"] = len(ps)  # a count: an integer in --json
+    prefix = "ood" if puzzles is None else "puzzles"
+    out: dict[str, float | int] = dict(split_metrics(model, encode_split(ps, dev), prefix))
+    out[f"{prefix}_n"] = len(ps)  # a count: an integer in --json
     return out

@@ -106,6 +106,7 @@ class PositionalEncoding(nn.Module):
     """Interface of every PE. ``placement`` says where the model puts it: "input", "attention", "none"."""
 
     placement = "none"
+    coords_dim: int | None = None  # the coordinate dimension it needs (sin2d, rope2d: 2; sin3d: 3); None: any
 
     def forward(self, x: Tensor) -> Tensor:  # additive PEs override
         return x
@@ -156,13 +157,13 @@ class Sin1D(AdditivePE):
 
 
 class _SinND(AdditivePE):
-    n_axes = 2
+    coords_dim = 2
 
     def __init__(self, spec: PESpec):
         super().__init__()
-        if spec.coords.shape[1] != self.n_axes:
+        if spec.coords.shape[1] != self.coords_dim:
             raise InputError(
-                f"pe {type(self).__name__.lower()} needs {self.n_axes}D coordinates, the task has "
+                f"pe {type(self).__name__.lower()} needs {self.coords_dim}D coordinates, the task has "
                 f"{spec.coords.shape[1]}D; pick another --pe"
             )
         self.register_buffer("table", sinusoid_table(spec.coords, spec.d_model))
@@ -171,13 +172,13 @@ class _SinND(AdditivePE):
 class Sin2D(_SinND):
     """Fixed 2D sinusoid of (row, col): first half of dims encodes the column, second half the row."""
 
-    n_axes = 2
+    coords_dim = 2
 
 
 class Sin3D(_SinND):
     """Fixed 3D sinusoid of (x, y, z), in thirds (last axis first), for 3D tasks."""
 
-    n_axes = 3
+    coords_dim = 3
 
 
 class RandomPE(AdditivePE):
@@ -259,6 +260,8 @@ class Rope1D(_Rotary):
 class Rope2D(_Rotary):
     """Axial 2D RoPE: the first half of each head's dims rotates by row, the second half by column."""
 
+    coords_dim = 2
+
     def __init__(self, spec: PESpec):
         super().__init__()
         hs = spec.head_dim
@@ -288,6 +291,11 @@ def init_matters(kind: str, init: str) -> bool:
     """Whether ``init_std`` changes a model with this PE: only initialised trainable tables (learned,
     relative) drawn from a distribution; fixed PEs, RoPE, no PE and zero-initialised tables ignore it."""
     return kind in ("learned", "relative") and init != "zeros"
+
+
+def pe_kinds_for(coords_dim: int) -> list[str]:
+    """The PE kinds that can encode positions with ``coords_dim``-dimensional coordinates."""
+    return [k for k, cls in PE_KINDS.items() if cls.coords_dim in (None, coords_dim)]
 
 
 def pe_class(kind: str) -> type[PositionalEncoding]:

@@ -392,4 +392,7 @@ def test_stop_workers_ends_running_worker_processes_at_once():
     t0 = time.time()
     stop_workers(pool)
     assert time.time() - t0 < 15 and not any(p.is_alive() for p in processes)
-    assert all(f.cancelled() for f in futures[2:])
+    # the pool hands one call more than it has workers to its queue ahead of time: that one may count as
+    # running, not cancellable; none of the waiting calls may have run to completion
+    assert futures[3].cancelled()
+    assert not any(f.done() and not f.cancelled() and f.exception() is None for f in futures[2:])

@@ -54,7 +54,7 @@ def test_preset_values_apply_and_explicit_options_win():
         (["--eval-every", "0"], "--eval-every"),
         (["--norm", "mid"], "--norm"),
         (["--no-such-option"], "unrecognized"),
-        (["--pe", "sin3d"], "3D coordinates"),
+        (["--pe", "sin3d"], r"--pe sin3d needs 3D positions and this task's are 2D; choose one of none, sin1d, sin2d,"),
         (["--pe", "rope2d", "--d-model", "24", "--heads", "4"], "divisible by 4"),
     ],
 )
@@ -110,13 +110,18 @@ def test_train_then_evaluate(tmp_path, capsys):
 
     assert evaluate_main([str(run / "last.pt"), "--json"]) == 0
     m = json.loads(capsys.readouterr().out)
-    assert m["n"] == len(held) and type(m["n"]) is int  # a count, not 108.0
-    assert m["acc"] == pytest.approx(ckpt["metrics"]["ood_acc"])
-    assert {"acc_binary", "acc_ternary", "acc_quaternary", "loss"} <= set(m)
+    assert m["ood_n"] == len(held) and type(m["ood_n"]) is int  # a count, not 108.0
+    # the keys of the run's own log, and the same values
+    assert {k: m[k] for k in ckpt["metrics"] if k.startswith("ood_")} == pytest.approx(
+        {k: v for k, v in ckpt["metrics"].items() if k.startswith("ood_")})
+    assert {"ood_acc_binary", "ood_acc_ternary", "ood_acc_quaternary", "ood_loss"} <= set(m)
 
     assert evaluate_main([str(run / "last.pt"), "--puzzles", str(csv)]) == 0
     table = capsys.readouterr().out
     assert "Binary" in table and "Quaternary" in table and f"({len(held)} puzzles" in table
+    assert evaluate_main([str(run / "last.pt"), "--puzzles", str(csv), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)  # a file is not the run's held-out split: its own prefix
+    assert m["puzzles_n"] == len(held) and m["puzzles_acc"] == pytest.approx(ckpt["metrics"]["ood_acc"])
 
     # the same run again: already finished, exit 0
     assert train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY]) == 0
@@ -241,6 +246,9 @@ def test_bad_dotted_keys_are_one_line_input_errors(key, needle):
     (["--ensemble-max", "2"], "--ensemble-max shapes an ensemble, and none is asked for"),
     (["--ensemble-workers", "2", "--ensemble-max", "2"], "--ensemble-max and --ensemble-workers shape an ensemble"),
     (["--pe", "sin2d", "--relative-causal"], "--relative-causal applies to --pe relative only"),
+    # the PE kinds a 2D task can take: sin3d was offered, then refused when the model was built
+    (["--pe", "bogus"], r"unknown PE kind 'bogus'; choose one of none, sin1d, sin2d, random, learned, relative, rope1d, rope2d$"),
+    (["--ensemble-pes", "learned,sin3d"], r"--ensemble-pes value sin3d needs 3D positions"),
 ])
 def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, needle):
     with pytest.raises(InputError, match=needle) as e:
@@ -257,6 +265,18 @@ def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path):
                                          r".* choose another --out, e.g. .*run-ensemble") as e:
         train_main(["lst", "--out", str(run), "--ensemble-seeds", "0,1", *TINY])
     assert "\n" not in str(e.value) and sorted(p.name for p in run.iterdir()) == before
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["netsim", "--dim", "3", "--pe", "rope2d"], r"--pe rope2d needs 2D positions and this task's are 3D; choose one of "
+                                                r"none, sin1d, sin3d, random, learned, relative, rope1d$"),
+    (["netsim", "--pe", "sin3d"], r"--pe sin3d needs 3D positions and this task's are 2D"),
+    (["brain", "--pe", "nope"], r"unknown PE kind 'nope'; choose one of none, sin1d, sin3d,"),
+])
+def test_masked_tasks_offer_the_pe_kinds_of_their_dimension(tmp_path, argv, needle):
+    with pytest.raises(InputError, match=needle):
+        train_main([*argv, "--out", str(tmp_path / "r")])
+    assert not (tmp_path / "r").exists()
 
 
 def test_brain_test_subjects_listed_twice_are_refused():

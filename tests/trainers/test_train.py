@@ -112,7 +112,7 @@ def test_checkpoints_follow_the_contract(tmp_path):
     assert [d["epoch"] for d in metric_lines(run)] == [1, 2, 3]
     # evaluate regenerates the same OOD set from the stored data config
     ev = evaluate_checkpoint(run / "last.pt")
-    assert ev["acc"] == pytest.approx(metrics["ood_acc"]) and ev["n"] == 12
+    assert ev["ood_acc"] == pytest.approx(metrics["ood_acc"]) and ev["ood_n"] == 12
 
 
 def len_train(cfg):
