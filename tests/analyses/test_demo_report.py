@@ -1,0 +1,29 @@
+"""reports/demo/: the demo's small outputs, copied, with a README whose links all resolve."""
+
+import functools
+import re
+
+import pytest
+
+
+@pytest.mark.slow
+def test_the_demo_report_holds_the_summary_logs_and_every_linked_file(tmp_path, monkeypatch, capsys):
+    import trainers.demo
+    from analyses.demo import report
+
+    monkeypatch.setattr(trainers.demo, "run_demo", functools.partial(trainers.demo.run_demo, epochs=2, n_per_level=30))
+    out = tmp_path / "reports" / "demo"
+    assert report.main(["--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    summary = (tmp_path / "runs" / "summary.md").read_text()
+    table = [line for line in summary.splitlines() if line.startswith("| ood_acc |")]
+    assert table and table[0] in text  # the demo's own table, verbatim
+    assert "Folders: `runs/`" not in text and "python -m analyses.demo.report" in text
+    assert re.search(r"\| 2 \| \d\.\d{4} \| \d\.\d{3} \| \d\.\d{4} \| \d\.\d{3} \|", text)  # the last evaluation
+    for link in re.findall(r"\]\(([^)]+)\)", text):
+        assert (out / link).is_file(), link
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("*.html"))  # no checkpoints, no 5 MB pages
+    # a second call resumes (nothing retrained) and replaces its own folder
+    capsys.readouterr()
+    assert report.main(["--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert "already finished" in capsys.readouterr().out
