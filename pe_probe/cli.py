@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message
+from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message, show_path
 
 EPILOG_ANALYZE = """\
 examples:
@@ -200,13 +200,15 @@ def format_summary(result, title: str = "") -> str:
     if title:
         lines.append(title)
     src = prov.get("source", "table")
-    lines.append(f"source      {src}  param={prov.get('param')}  layer={prov.get('layer')}")
+    param = prov.get("param")  # a tensor name from an untrusted file: control characters quoted, like paths
+    lines.append(f"source      {show_path(src)}  param={show_path(param) if isinstance(param, str) else param}  "
+                 f"layer={prov.get('layer')}")
     if prov.get("original_shape"):
         extra = f", {prov['extra_tokens']} leading row(s) dropped" if prov.get("extra_tokens") else ""
         centred = "; rows look mean-centred (each row's mean ~ 0)" if prov.get("row_centred") else ""
         lines.append(f"tensor      stored shape {tuple(prov['original_shape'])}{extra}{centred}")
     lines.append(f"table       N={m['n_positions']} positions x d={m['pe_dim']} dims; ground truth "
-                 f"{result.gt_spec} (k={m['gt_dim']}); PE metric {result.pe_metric}")
+                 f"{show_path(result.gt_spec)} (k={m['gt_dim']}); PE metric {result.pe_metric}")
     for note in prov.get("notes") or []:
         lines.append(f"note        {note}")
     lines.append("")
@@ -286,7 +288,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             title = f"== layer {layer} ({args.view}) ==" if multi else ""
             print(format_summary(res, title))
         if args.out:
-            where = [f"{args.out}/layer-{layer}/" for layer, _ in results] if multi else [f"{args.out}/"]
+            where = [f"{show_path(args.out)}/layer-{layer}/" for layer, _ in results] if multi else [f"{show_path(args.out)}/"]
             page = "" if args.no_figures else "index.html"
             print("\nreport written to " + ", ".join(w + page for w in where))
     return 0
@@ -303,7 +305,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,
                                      n_boot=args.n_boot, seed=args.seed, reference=args.reference, **load),
                  force=args.force, backend=args.backend, address=args.address)
-    print(f"compared {len(df)} source{'s' if len(df) != 1 else ''}; table and figures in {args.out}/ "
+    print(f"compared {len(df)} source{'s' if len(df) != 1 else ''}; table and figures in {show_path(args.out)}/ "
           "(compare.csv, index.html)")
     return 0
 

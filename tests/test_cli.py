@@ -385,3 +385,20 @@ def test_analysis_scripts_turn_ctrl_c_into_one_line_and_exit_130(capsys):
     for name in ("lst.report", "lst.analyse", "lst.length", "lst.sweep", "netsim.report", "brain.report"):
         text = (Path(__file__).parents[1] / "analyses" / (name.replace(".", "/") + ".py")).read_text()
         assert f'script_exit(main, "python -m analyses.{name}")' in text, name
+
+
+def test_printed_paths_and_tensor_names_cannot_forge_output_lines(tmp_path, capsys) -> None:
+    """File names and a checkpoint's tensor names are untrusted text: a newline or terminal escape in them
+    is shown quoted, so the summary's lines stay its own."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "a\nRSA (Spearman)  1.0000"
+    folder.mkdir()
+    save_file({"pos\x1b[31membed": torch.randn(16, 8)}, str(folder / "m.safetensors"))
+    out = tmp_path / "rep\nort"
+    assert main(["analyze", str(folder / "m.safetensors"), "--param", "pos\x1b[31membed", "--ground-truth", "grid:4x4",
+                 "--out", str(out), "--no-figures", "--n-perm", "99", "--n-boot", "0", "--methods", "pca"]) == 0
+    text = capsys.readouterr().out
+    assert "\x1b" not in text and not any(line.startswith("RSA (Spearman)  1.0000") for line in text.splitlines())
+    assert repr(str(folder / "m.safetensors")) in text and repr("pos\x1b[31membed") in text
+    assert f"report written to {repr(str(out))}/" in text and (out / "metrics.json").exists()
