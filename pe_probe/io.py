@@ -160,7 +160,7 @@ def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[s
 def _tensor_label(meta: dict[str, Any], name: str) -> str:
     """How messages name tensor ``name`` of a source: the file alone for a bare table, else NAME in FILE."""
     shown = show_path(meta["source"])
-    return shown if meta["raw"] else f"{name} in {shown}"
+    return shown if meta["raw"] else f"{show_path(name)} in {shown}"
 
 
 def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
@@ -695,7 +695,7 @@ def _pe_looking(name: str) -> bool:
 def _listing(names: list[str]) -> str:
     if not names:
         return "none: no float tensor with 2 or more dims"
-    shown = ", ".join(names[:MAX_LISTED])
+    shown = ", ".join(show_path(n) for n in names[:MAX_LISTED])  # untrusted names: control characters quoted
     return shown + (f", ... and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
 
 

@@ -402,3 +402,12 @@ def test_printed_paths_and_tensor_names_cannot_forge_output_lines(tmp_path, caps
     assert "\x1b" not in text and not any(line.startswith("RSA (Spearman)  1.0000") for line in text.splitlines())
     assert repr(str(folder / "m.safetensors")) in text and repr("pos\x1b[31membed") in text
     assert f"report written to {repr(str(out))}/" in text and (out / "metrics.json").exists()
+
+
+def test_tensor_names_in_error_messages_are_quoted_when_they_hold_control_characters(tmp_path, capsys) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"a\x1b[2Jb": torch.randn(3, 4, 5), "c\nd": torch.randn(3, 4, 5)}, str(tmp_path / "m.safetensors"))
+    assert main(["analyze", str(tmp_path / "m.safetensors"), "--ground-truth", "line:4"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.count("\n") == 1 and repr("c\nd") in err
