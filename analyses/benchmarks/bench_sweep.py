@@ -146,11 +146,15 @@ def project(m: dict, k: int) -> dict:
 
 
 def report(m: dict, proj: dict, cfgs: list, args: argparse.Namespace, argv, loads: tuple[float, float]) -> tuple[str, list[dict]]:
-    """The markdown report and its CSV rows (one per epoch)."""
+    """The markdown report and its CSV rows (one per epoch, each with the setup, checkpoint-round and memory figures)."""
     device = torch.device(cfgs[0].device)
     k, speed = len(cfgs), [f for f in ("compile", "bf16", "cuda_graphs", "tf32") if getattr(args, f)]
     epochs, eval_every, ckpt_every = proj["schedule"]
-    rows = [{"epoch": i + 1, "train_s": round(t, 3), "eval_s": round(v, 3)} for i, (t, v) in enumerate(zip(m["train_s"], m["eval_s"]))]
+    # the run's one-off parts repeat on every row, so the CSV alone holds every number the report quotes
+    once = {"setup_s": round(m["setup_s"], 3), "ckpt_round_s": round(m["ckpt_s"], 3), "ckpt_round_bytes": m["ckpt_bytes"],
+            "peak_gib": round(m["peak_gib"], 2)}
+    rows = [{"epoch": i + 1, "train_s": round(t, 3), "eval_s": round(v, 3), **once}
+            for i, (t, v) in enumerate(zip(m["train_s"], m["eval_s"]))]
     lines = [
         "# The paper sweep end to end: one batched group through the real trainer", "",
         f"Written by `{command_line('bench_sweep.py', argv).strip()}` (per-epoch numbers: `sweep{device_suffix(device)}.csv`).",

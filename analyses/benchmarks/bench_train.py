@@ -529,6 +529,22 @@ def write(best, paired, device, loads, args, bounds, argv, rounds_done: int) -> 
         header += [f"**Partial: {rounds_done} of {args.rounds} rounds complete (and the configurations measured so far in "
                    "the next); the run had not finished when this was written.**", ""]
     write_results(args.out, f"train{suffix}", rows, "\n".join(header) + text + "\n")
+    write_bounds(Path(args.out) / f"train_bound{suffix}.csv", bounds)
+
+
+BOUND_FIELDS = ("d_model", "flops_naive", "flops_ours", "gemm_fp32", "gemm_tf32", "gemm_bf16")
+
+
+def write_bounds(path: Path, bounds: dict) -> None:
+    """The arithmetic bound's measured inputs, one row per width (FLOPs per puzzle, GEMM FLOP/s per
+    precision; empty where not measured): the report's bound table is these divided."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=BOUND_FIELDS)
+        w.writeheader()
+        for d, b in bounds.items():
+            w.writerow({"d_model": d, **{k: round(b[k], 1) for k in BOUND_FIELDS[1:] if k in b}})
 
 
 GPU_D, GPU_X_NAIVE, GPU_SWEEP_HOURS = 160, 20.0, 2.0  # issue 7's GPU targets

@@ -30,6 +30,10 @@ def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     assert float(by["ensemble-3"]["x_single_parallel"]) > 0  # the ensemble against our trainer, one process per core
     text = (tmp_path / "train.md").read_text()
     assert "Arithmetic bound" in text and "| 16 |" in text and "Targets (issue 7" in text
+    (bound,) = csv.DictReader(open(tmp_path / "train_bound.csv"))  # the bound table's inputs, re-derivable
+    assert bound["d_model"] == "16" and float(bound["flops_ours"]) < float(bound["flops_naive"])
+    rate = float(bound["gemm_fp32"]) / float(bound["flops_ours"])
+    assert f"| {rate:.0f} |" in text
 
 
 def test_bench_train_writes_its_report_after_every_round_so_a_cut_short_run_keeps_its_numbers(tmp_path, monkeypatch):
@@ -320,6 +324,8 @@ def test_bench_sweep_times_the_real_trainers_parts_and_projects_the_paper_schedu
     rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
     assert all(float(r["train_s"]) > 0 and float(r["eval_s"]) > 0 for r in rows)
+    assert len({(r["setup_s"], r["ckpt_round_s"], r["ckpt_round_bytes"]) for r in rows}) == 1  # one-off parts, on every row
+    assert float(rows[0]["setup_s"]) > 0 and int(rows[0]["ckpt_round_bytes"]) > 0
     # the trainer wrote ordinary runs: 2 members, each with its metrics after every epoch and one checkpoint round
     folders = sorted(p.name for p in runs.iterdir())
     assert folders == ["learned_sigma0.1_lr0.0001_seed0", "learned_sigma2_lr0.0001_seed0"]
