@@ -300,6 +300,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.layer == "all":
         raise InputError("compare measures one table per source: pass --layer N or --layer mean "
                          "(pe-probe analyze --layer all reports every layer of one model)")
+    if args.address is not None and args.backend != "ray":  # it was silently ignored
+        raise InputError("--address joins a Ray cluster, an option of --backend ray; add --backend ray or drop --address")
     load = {k: v for k, v in (("layer", args.layer), ("param", args.param), ("positions", args.positions)) if v is not None}
     df = compare(args.sources, args.out, by=args.by, ground_truth=args.ground_truth,
                  analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,

@@ -221,6 +221,9 @@ def test_rows_say_which_table_they_measured(tmp_path, capsys, analyze_source_ava
     assert list(frame["n_positions"]) == [8, 8]
     assert main(["compare", str(tmp_path / "s0.pt"), str(tmp_path / "s1.pt"), "-o", str(tmp_path / "c"), "--layer", "all"]) == 2
     assert "--layer N or --layer mean" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    # --address belongs to --backend ray: without it, it was silently ignored
+    assert main(["compare", str(tmp_path / "s0.pt"), "-o", str(tmp_path / "c"), "--address", "auto"]) == 2
+    assert "an option of --backend ray" in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 
 def test_missing_source_is_an_input_error(tmp_path):
