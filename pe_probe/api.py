@@ -104,8 +104,9 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
     if ground_truth is not None and loaded.extra_tokens and loaded.positions is None:
         n_gt = as_ground_truth(ground_truth).n
         if n_gt == len(loaded.table) + loaded.extra_tokens:
-            raise InputError(f"ground truth has {n_gt} positions, the table {len(loaded.table)} after dropping "
-                             f"{loaded.extra_tokens} leading row(s) found to be CLS / offset rows; "
+            why = ("as --drop-extra-tokens asked" if drop_extra_tokens else "found to be CLS / offset rows")
+            raise InputError(f"ground truth has {n_gt} positions, the table has {len(loaded.table)} after dropping "
+                             f"{loaded.extra_tokens} leading row(s) {why}; "
                              f"pass --drop-extra-tokens 0 to keep them, or a ground truth of {len(loaded.table)} positions")
     gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows,
                                loaded.ground_truth_error)

@@ -411,3 +411,13 @@ def test_tensor_names_in_error_messages_are_quoted_when_they_hold_control_charac
     assert main(["analyze", str(tmp_path / "m.safetensors"), "--ground-truth", "line:4"]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and err.count("\n") == 1 and repr("c\nd") in err
+
+
+def test_a_ground_truth_that_counts_dropped_rows_names_why_they_were_dropped(tmp_path, capsys) -> None:
+    np.save(tmp_path / "t.npy", np.random.default_rng(0).normal(size=(16, 8)))
+    assert main(["analyze", str(tmp_path / "t.npy"), "-g", "grid:4x4", "--drop-extra-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "the table has 14 after dropping 2 leading row(s) as --drop-extra-tokens asked;" in err  # not "found"
+    torch.save({"pos_embed": torch.randn(1, 17, 8)}, tmp_path / "vit.pt")  # a ViT's CLS row, detected
+    assert main(["analyze", str(tmp_path / "vit.pt"), "-g", "line:17"]) == 2
+    assert "after dropping 1 leading row(s) found to be CLS / offset rows;" in capsys.readouterr().err
