@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --backend ray: join a running Ray cluster (default: start a local instance)")
 
     for name, text in (("train", "train a model on a task and write checkpoints (see pe-probe train --help)"),
-                       ("evaluate", "accuracy per difficulty level (or MSE) of a checkpoint on a data file"),
+                       ("evaluate", "accuracy per difficulty level (netsim, brain: MSE) of a checkpoint on its own held-out data or a puzzle file"),
                        ("demo", "train a small-sigma and a large-sigma model and report the contrast")):
         sub.add_parser(name, help=text, add_help=False)
     p.command_parsers = {"analyze": a, "compare": c}  # type: ignore[attr-defined]  # errors that name the command

@@ -313,18 +313,19 @@ def train_main(argv: list[str]) -> int:
     masked = _masked_task(argv)
     if masked is not None:
         return masked_train_main(argv, masked)
-    args = train_parser().parse_args(argv)
+    parser = train_parser()
+    args = parser.parse_args(argv)
     from trainers.config import TASKS
 
-    if args.task not in TASKS:
-        raise InputError(f"unknown task {args.task!r}; choose one of {', '.join((*TASKS, *MASKED_TASKS))}")
+    if args.task not in TASKS:  # a mistyped command line: the usage error names `pe-probe train --help`
+        parser.error(f"unknown task {args.task!r}; choose one of {', '.join((*TASKS, *MASKED_TASKS))}")
     if any(v is not None for v in (args.ensemble_seeds, args.ensemble_sigmas, args.ensemble_lrs, args.ensemble_pes)):
         return ensemble_main(args)
     alone = [flag for flag, v in (("--ensemble-max", args.ensemble_max), ("--ensemble-workers", args.ensemble_workers))
              if v is not None]
     if alone:  # they shape an ensemble: without one they were silently ignored
-        raise InputError(f"{' and '.join(alone)} {'shape' if len(alone) > 1 else 'shapes'} an ensemble, and none is asked for; add an --ensemble-seeds/"
-                         f"-sigmas/-lrs/-pes list, or drop {' and '.join(alone)}", prog="pe-probe train")
+        parser.error(f"{' and '.join(alone)} {'shape' if len(alone) > 1 else 'shapes'} an ensemble, and none is asked for; "
+                     f"add an --ensemble-seeds/-sigmas/-lrs/-pes list, or drop {' and '.join(alone)}")
     cfg = config_from_args(args)
     if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
         raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")

@@ -242,9 +242,6 @@ def test_bad_dotted_keys_are_one_line_input_errors(key, needle):
     (["--mlp-ratio", "0.001"], "width 0"),
     (["--pe-init", "zeros", "--pe-init-std", "-1"], "--pe-init-std"),
     (["--n-per-level", "5"], "no test puzzles per level"),
-    # options that were silently ignored (a new user's walk-through)
-    (["--ensemble-max", "2"], "--ensemble-max shapes an ensemble, and none is asked for"),
-    (["--ensemble-workers", "2", "--ensemble-max", "2"], "--ensemble-max and --ensemble-workers shape an ensemble"),
     (["--pe", "sin2d", "--relative-causal"], "--relative-causal applies to --pe relative only"),
     # the PE kinds a 2D task can take: sin3d was offered, then refused when the model was built
     (["--pe", "bogus"], r"unknown PE kind 'bogus'; choose one of none, sin1d, sin2d, random, learned, relative, rope1d, rope2d$"),
@@ -254,6 +251,21 @@ def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, nee
     with pytest.raises(InputError, match=needle) as e:
         train_main(["lst", "--out", str(tmp_path / "r"), *argv])
     assert "\n" not in str(e.value) and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    # options that were silently ignored (a new user's walk-through)
+    (["lst", "--ensemble-max", "2"], "--ensemble-max shapes an ensemble, and none is asked for"),
+    (["lst", "--ensemble-workers", "2", "--ensemble-max", "2"], "--ensemble-max and --ensemble-workers shape an ensemble"),
+    (["foo"], "unknown task 'foo'; choose one of lst, netsim, brain"),
+])
+def test_mistyped_train_command_lines_are_usage_errors_that_name_the_help(tmp_path, capsys, argv, needle):
+    from pe_probe.cli import main
+
+    assert main(["train", *argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pe-probe train: error: ") and needle in err and err.endswith("(see pe-probe train --help)\n")
+    assert err.count("\n") == 1 and not (tmp_path / "r").exists()
 
 
 def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path):
