@@ -236,7 +236,7 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g.add_argument("--window", type=int, default=None, help="values per token (netsim 16 samples, brain 20 TRs)")
     g.add_argument("--mask-train", type=float, default=None, help="share of tokens masked in training (0.5)")
     g.add_argument("--mask-test", type=float, default=None, help="share masked for test_mse (0.5)")
-    g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse (0.9)")
+    g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse and ood_mse_noise_mask90 (0.9; that key keeps its name at any value)")
     g.add_argument("--data-seed", type=int, default=None, help="seed of the network / simulations (netsim) or masks (default: 0)")
     # the other task's options still parse (so using one gets a clear "does not apply"), but are not listed
     show = (lambda text: text) if task == "netsim" else (lambda text: argparse.SUPPRESS)

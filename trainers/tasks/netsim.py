@@ -32,8 +32,9 @@ One token per node carrying its window of activity (``window`` values, divided b
 standard deviation). A random subset of nodes is masked (values zeroed, a mask flag set); the model
 predicts the masked nodes' windows; the score is the MSE over masked values. The network (W and the
 coordinates) is fixed per ``data.seed``; held-out sets are fresh simulations (new noise seeds) of the
-same network: ``test`` at the training mask ratio, ``ood`` with 90% masked, ``ood_noise`` at a noise
-level not seen in training, and ``ood_noise_mask90`` both.
+same network: ``test`` with ``mask_test`` masked, ``ood`` with ``mask_ood`` (default 0.9) masked, ``ood_noise``
+at a noise level not seen in training (``mask_test`` masked), and ``ood_noise_mask90`` both (``mask_ood``
+masked: the name assumes the default 0.9).
 
 The geometry is recoverable from the activity itself (`activity_geometry`): functional connectivity
 (correlation of node time series) falls with distance.
