@@ -7,6 +7,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
+from pe_probe.report.readings import ALPHA, _num
+
 CSS = """body{font-family:Arial,Helvetica,sans-serif;max-width:62em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}td,th{border-bottom:1px solid #ddd;padding:0.25em 0.5em;text-align:left}
 figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:0.9em;color:#444}"""
@@ -25,14 +29,68 @@ def _strength(rho: float) -> str:
     return "very strong" if a >= 0.8 else "strong" if a >= 0.6 else "moderate" if a >= 0.4 else "weak"
 
 
-def correlation_sentence(row) -> str:
-    """'rsa_spearman falls as noise rises (Spearman ρ = -0.98, p = 1e-6, n = 12): a very strong monotone relation.'"""
-    rho, p, n = row["spearman_rho"], row["p_value"], int(row["n"])
-    if not (isinstance(rho, float) and math.isfinite(rho)):
-        return f"{row['y']} vs {row['x']}: correlation undefined (n = {n} or a constant column)."
+def _log_ties(values: np.ndarray) -> float:
+    """log of the product of factorials of the sizes of the groups of tied values."""
+    _, counts = np.unique(values, return_counts=True)
+    return float(sum(math.lgamma(c + 1) for c in counts))
+
+
+def smallest_exact_p(n: int, x=None, y=None) -> float:
+    """The smallest two-sided p-value an exact permutation test of Spearman's ρ could give for ``n`` pairs:
+    2·t/n!, t the larger of the products of the factorials of x's and of y's tie-group sizes (pairs where both
+    are finite; t = 1 without ties or without the values), since reordering tied values leaves ρ unchanged, so
+    at least t of the n! orderings reach each extreme. Without ties 1/3 at n = 3, 1/12 at n = 4, 1/60 at n = 5."""
+    if n < 2:
+        return 1.0
+    log_t = 0.0
+    if x is not None and y is not None:
+        try:
+            xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        except (TypeError, ValueError):
+            xs = ys = None
+        if xs is not None and xs.shape == ys.shape:
+            ok = np.isfinite(xs) & np.isfinite(ys)
+            if int(ok.sum()) == n:
+                log_t = max(_log_ties(xs[ok]), _log_ties(ys[ok]))
+    return min(1.0, math.exp(math.log(2) + log_t - math.lgamma(n + 1)))
+
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def correlation_sentence(row, x=None, y=None) -> str:
+    """'rsa_spearman falls as noise rises (Spearman ρ = -0.98, p = 1e-06, n = 12): a very strong monotone relation.'
+
+    Rises/falls and a strength word (`_strength`) only when p < `ALPHA` and an exact test could reach that at
+    all (`smallest_exact_p`, given the column values ``x`` and ``y`` for their ties); ρ = 0 is "no monotone
+    relation", p >= `ALPHA` "no clear monotone relation", too few points for p < `ALPHA` says so."""
+    rho, p, n = _float(row["spearman_rho"]), _float(row["p_value"]), int(row["n"])
+    if not math.isfinite(rho):
+        why = f"only {n} point{'' if n == 1 else 's'} with both values" if n < 3 else "a constant column"
+        return f"{row['y']} vs {row['x']}: no monotone relation can be measured (correlation undefined: {why})."
+    p_ok = math.isfinite(p)
+    stats = f"Spearman ρ = {_num(rho)}, p = {p:.2g}, n = {n}" if p_ok else f"Spearman ρ = {_num(rho)}, n = {n}"
+    if rho == 0:
+        return f"{row['y']} shows no monotone relation with {row['x']} ({stats})."
+    floor = smallest_exact_p(n, x, y)
+    if floor >= ALPHA:
+        ties = " and these tied values" if floor > smallest_exact_p(n) * (1 + 1e-9) else ""
+        return (f"{row['y']} vs {row['x']}: too few points to tell whether there is a monotone relation ({stats}; "
+                f"with n = {n}{ties}, even a perfect ordering would have an exact two-sided p of at least "
+                f"{floor:.2g}, not below {ALPHA:g}).")
+    if not (p_ok and p < ALPHA):
+        return (f"{row['y']} shows no clear monotone relation with {row['x']} ({stats}): not significant at the "
+                f"{ALPHA:.0%} level.")
     direction = "rises" if rho > 0 else "falls"
-    return (f"{row['y']} {direction} as {row['x']} rises (Spearman ρ = {rho:.2f}, p = {p:.2g}, n = {n}): "
-            f"a {_strength(rho)} monotone relation.")
+    return (f"{row['y']} {direction} as {row['x']} rises ({stats}): a {_strength(rho)} monotone relation.")
+
+
+def _column(frame, name):
+    return frame[name].to_numpy() if name in frame.columns else None
 
 
 def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str], *, by: str | None,
@@ -50,7 +108,9 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown)
     body = "\n".join("<tr>" + "".join(f"<td>{cell(r[c])}</td>" for c in shown) + "</tr>"
                      for _, r in frame.head(200).iterrows())
-    sentences = "\n".join(f"<li>{html.escape(correlation_sentence(r))}</li>" for _, r in corr.iterrows())
+    sentences = "\n".join(
+        f"<li>{html.escape(correlation_sentence(r, _column(frame, r['x']), _column(frame, r['y'])))}</li>"
+        for _, r in corr.iterrows())
     figs = []
     for name in figure_names:
         key = "metrics_vs" if name.startswith("metrics_vs_") else name

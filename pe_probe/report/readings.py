@@ -35,6 +35,7 @@ def _num(x: float, digits: int = 2) -> str:
 CORRELATION_WORDS = ((0.5, "strong"), (0.3, "moderate"), (0.1, "weak"), (0.0, "negligible"))
 RECOVERED_R2 = 0.8  # the verdict's "recovers the true geometry": best layout recovery r2 at least this
 ALPHA = 0.05  # the verdict's and the p-value sentences' significance level
+INVERSION_RHO = -0.3  # an RSA at or below this, significantly below zero (`rsa_below_zero`), is named an inversion
 PROBE_MOST = 0.5  # the probe sentence's "most of the position information"
 TRUST_MOSTLY, TRUST_PARTLY = 0.9, 0.7  # the trustworthiness sentence's "mostly" / "partly" true neighbours
 # Kruskal (1964)'s verbal scale for stress-1; a value between two anchors takes the grade of the one above it
@@ -100,6 +101,44 @@ def _pct_small(x: float) -> str:
     return _pct(x) if x >= 0.01 else f"{100 * x:.2g}%"
 
 
+def _p_can_reach_alpha(provenance: dict[str, Any]) -> bool:
+    """False when a sampled Mantel test had too few permutations for any p-value below `ALPHA` (--n-perm < 19)."""
+    n_perm = n_permutations(provenance)
+    return bool(exact_relabellings(provenance, "mantel")) or not n_perm or 1 / (n_perm + 1) < ALPHA
+
+
+def rsa_below_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> tuple[bool, str]:
+    """Is the RSA significantly below zero? ``(answer, reason)``.
+
+    Every test that was computed must say so, and at least one must have been: the 95% bootstrap interval lies
+    below 0 (its upper end < 0), and ``rsa_p`` >= 1 - `ALPHA` (the Mantel test is one-sided, for a table that
+    follows the true distances; a p this large puts the RSA among the lowest 5% of relabellings, while a
+    merely large p only says the table does not follow them). A Mantel test whose permutations cannot reach
+    `ALPHA` (--n-perm below 19) does not count. ``reason`` is empty when the answer is yes, else a clause saying
+    why not ('its 95% bootstrap interval includes 0')."""
+    provenance = provenance or {}
+    tests = 0
+    if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
+        tests += 1
+        if float(metrics["rsa_ci_high"]) >= 0:
+            return False, "its 95% bootstrap interval includes 0"
+    if _ok(metrics, "rsa_p") and _p_can_reach_alpha(provenance):
+        tests += 1
+        if float(metrics["rsa_p"]) < 1 - ALPHA:
+            return False, (f"the one-sided permutation test (p = {float(metrics['rsa_p']):.3g}) does not place it among "
+                           f"the lowest {_pct(ALPHA)} of random relabellings of positions")
+    if not tests:
+        return False, "it was not tested against zero (no bootstrap interval and no permutation test that can reach p < 0.05)"
+    return True, ""
+
+
+def rsa_inverted(metrics: dict, provenance: dict[str, Any] | None = None) -> bool:
+    """Does the table invert the true distances? RSA <= `INVERSION_RHO` and significantly below zero
+    (`rsa_below_zero`). README, "What the numbers mean", states the rule."""
+    return (_ok(metrics, "rsa_spearman") and float(metrics["rsa_spearman"]) <= INVERSION_RHO
+            and rsa_below_zero(metrics, provenance)[0])
+
+
 def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: list[str] | None = None) -> list[tuple[str, str, str]]:
     """Headline metrics as ``(name, value, reading)`` rows, in reading order."""
     provenance = provenance or {}
@@ -109,21 +148,29 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         rho = float(metrics["rsa_spearman"])
         value = f"{rho:.3f}"
         strength = correlation_strength(rho)
+        below, why_not = rsa_below_zero(metrics, provenance)
+        kind = f"{strength} {'negative ' if rho <= -0.1 else ''}correlation"
         if abs(rho) < 0.1:
             head = "PE distances barely follow true distances"
         elif rho > 0:
             head = "Pairs of positions that are close in the true layout tend to have similar PE vectors"
-        else:
+        elif not below:  # negative, but not shown to be below zero: no claim of dissimilarity or inversion
+            head = "PE distances do not clearly follow the true distances, nor clearly invert them"
+            kind += ", not significantly below zero"
+        elif rho <= INVERSION_RHO:
             head = ("Pairs of positions that are close in the true layout tend to have dissimilar PE vectors: the "
                     "table inverts the true distances")
-        text = (f"{head} ({strength} {'negative ' if rho <= -0.1 else ''}correlation): the rank correlation between "
-                f"PE distances and true distances is {_num(rho)} (1 = same ordering of all pairs, 0 = unrelated, "
-                f"-1 = reversed).")
+        else:
+            head = "Pairs of positions that are close in the true layout tend to have somewhat dissimilar PE vectors"
+        text = (f"{head} ({kind}): the rank correlation between PE distances and true distances is {_num(rho)} "
+                f"(1 = same ordering of all pairs, 0 = unrelated, -1 = reversed).")
         if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
             value += f" [{metrics['rsa_ci_low']:.3f}, {metrics['rsa_ci_high']:.3f}]"
             text += f" The 95% bootstrap interval over positions is {metrics['rsa_ci_low']:.2f} to {metrics['rsa_ci_high']:.2f}."
         elif (provenance.get("analysis", {}) or {}).get("n_boot") == 0:
             text += " No bootstrap interval was computed (--n-boot 0)."
+        if rho <= -0.1 and not below:
+            text += f" The correlation is not shown to be below zero: {why_not}."
         if _ok(metrics, "null_rsa_mean"):
             mu = float(metrics["null_rsa_mean"])
             sd = float(metrics.get("null_rsa_sd", float("nan")))
@@ -137,9 +184,12 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         out.append(("RSA (Spearman ρ)", value, text))
     if _ok(metrics, "rsa_p"):
         text = p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA", exact_relabellings(provenance, "mantel"))
-        if _ok(metrics, "rsa_spearman") and float(metrics["rsa_spearman"]) <= -0.3:
+        if rsa_inverted(metrics, provenance):
             text += (" The test is one-sided (does the table follow the true distances?): an RSA this far below zero "
                      "is a systematic inversion of the true distances, not chance.")
+        elif _ok(metrics, "rsa_spearman") and float(metrics["rsa_spearman"]) <= -0.1:
+            text += (" The test is one-sided (does the table follow the true distances?), so a large p alone does not "
+                     "show that the table inverts them.")
         out.append(("RSA p-value", f"{metrics['rsa_p']:.3g}", text))
     methods = methods or sorted({k[len("recovery_"):-len("_r2")] for k in metrics if k.startswith("recovery_") and k.endswith("_r2")})
     for m in methods:
@@ -248,7 +298,7 @@ def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
         return (f"The PE table carries the true geometry only partly: RSA {_num(rho)} is beyond chance ({strength}), "
                 f"but {recovery_is}." if recovery_is else
                 f"The PE distances follow the true distances beyond chance (RSA {_num(rho)}, {strength}).")
-    if rho <= -0.3:
+    if rsa_inverted(metrics, provenance):  # RSA <= -0.3 and significantly below zero
         return (f"No evidence that the PE table reflects the true geometry: its distances are anti-correlated with the "
                 f"true ones (RSA {_num(rho)}), a systematic inversion, not chance.")
     return f"No evidence that the PE table reflects the true geometry beyond chance (RSA {_num(rho)})."

@@ -1,0 +1,147 @@
+"""Sentences that must not claim more than the statistics support: an inverted RSA only when it is significantly
+below zero (readings.py), a rising/falling relation in a comparison only when its p-value supports it
+(compare_index.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from pe_probe.report.compare_index import correlation_sentence, write_compare_index
+from pe_probe.report.readings import readings, verdict
+
+PROV = {"analysis": {"n_perm": 1000}}
+
+
+def _rows(metrics, provenance=PROV):
+    return {name: text for name, _, text in readings(metrics, provenance)}
+
+
+# ---- RSA below zero: "inverts" / "dissimilar" only when significantly negative ------------------------------
+
+
+def test_a_random_table_s_negative_rsa_is_not_called_an_inversion():
+    """The reported case: a random 16x8 table on line:16, RSA -0.203, CI [-0.459, 0.095], Mantel p 0.986."""
+    m = {"rsa_spearman": -0.203, "rsa_ci_low": -0.459, "rsa_ci_high": 0.095, "rsa_p": 0.986}
+    rows = _rows(m)
+    rsa = rows["RSA (Spearman ρ)"]
+    assert "inverts" not in rsa and "dissimilar" not in rsa
+    assert "not significantly below zero" in rsa and "interval includes 0" in rsa
+    assert "-0.46 to 0.10" in rsa  # the numbers are still given
+    assert "inversion" not in rows["RSA p-value"] and "does not show that the table inverts" in rows["RSA p-value"]
+    assert verdict(m, PROV) == "No evidence that the PE table reflects the true geometry beyond chance (RSA -0.20)."
+
+
+def test_a_large_negative_rsa_whose_interval_includes_zero_is_no_inversion_anywhere():
+    m = {"rsa_spearman": -0.6, "rsa_ci_low": -0.9, "rsa_ci_high": 0.05, "rsa_p": 1.0}
+    rows = _rows(m)
+    assert "inverts" not in rows["RSA (Spearman ρ)"] and "not significantly below zero" in rows["RSA (Spearman ρ)"]
+    assert "systematic inversion" not in rows["RSA p-value"]
+    v = verdict(m, PROV)
+    assert "inversion" not in v and "anti-correlated" not in v and v.startswith("No evidence")
+
+
+def test_a_clearly_negative_significant_rsa_keeps_the_inversion_wording():
+    m = {"rsa_spearman": -0.6, "rsa_ci_low": -0.8, "rsa_ci_high": -0.4, "rsa_p": 1.0}
+    rows = _rows(m)
+    assert ("tend to have dissimilar PE vectors: the table inverts the true distances (strong negative correlation)"
+            in rows["RSA (Spearman ρ)"])
+    assert "not significantly" not in rows["RSA (Spearman ρ)"]
+    assert "systematic inversion of the true distances" in rows["RSA p-value"]
+    v = verdict(m, PROV)
+    assert "anti-correlated" in v and "systematic inversion" in v
+
+
+def test_a_weak_significant_negative_rsa_is_dissimilar_but_not_an_inversion():
+    m = {"rsa_spearman": -0.2, "rsa_ci_low": -0.3, "rsa_ci_high": -0.1, "rsa_p": 0.99}
+    rsa = _rows(m)["RSA (Spearman ρ)"]
+    assert "dissimilar PE vectors" in rsa and "weak negative correlation" in rsa and "inverts" not in rsa
+    assert "inversion" not in verdict(m, PROV)
+
+
+def test_without_a_bootstrap_the_permutation_test_s_lower_tail_decides():
+    # p >= 0.95: the RSA is among the lowest 5% of relabellings
+    assert "inverts the true distances" in _rows({"rsa_spearman": -0.6, "rsa_p": 0.99})["RSA (Spearman ρ)"]
+    # a merely large p only says that the table does not follow the true distances
+    m = {"rsa_spearman": -0.6, "rsa_p": 0.7}
+    rsa = _rows(m)["RSA (Spearman ρ)"]
+    assert "inverts" not in rsa and "lowest 5%" in rsa
+    assert "inversion" not in verdict(m, PROV)
+    # a permutation test that cannot reach 5% (--n-perm 10) shows nothing either way
+    few = {"analysis": {"n_perm": 10}}
+    assert "inverts" not in _rows({"rsa_spearman": -0.9, "rsa_p": 1.0}, few)["RSA (Spearman ρ)"]
+    # neither test run: no claim
+    assert "not tested against zero" in _rows({"rsa_spearman": -0.9}, {})["RSA (Spearman ρ)"]
+
+
+def test_rsa_below_zero_needs_every_computed_test_and_at_least_one():
+    from pe_probe.report.readings import rsa_below_zero, rsa_inverted
+
+    assert rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": -0.2, "rsa_p": 0.99}, PROV)[0]
+    assert rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": -0.2}, {})[0]  # --n-perm 0
+    assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": -0.2, "rsa_p": 0.5}, PROV)[0]
+    assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": 0.0, "rsa_p": 1.0}, PROV)[0]
+    assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": math.nan, "rsa_ci_high": math.nan}, {})[0]
+    exact = {"analysis": {"n_perm": 10, "mantel": {"exact": True, "n_relabellings": 120}}}
+    assert rsa_below_zero({"rsa_spearman": -1.0, "rsa_p": 1.0}, exact)[0]  # exact tests count even with few perms
+    significant = {"rsa_ci_low": -0.5, "rsa_ci_high": -0.1, "rsa_p": 1.0}
+    assert rsa_inverted({"rsa_spearman": -0.3, **significant}, PROV)
+    assert not rsa_inverted({"rsa_spearman": -0.29, **significant}, PROV)
+
+
+# ---- comparison sentences: rises/falls only with a p-value that supports it -----------------------------------
+
+
+def _corr(rho, p, n, x="pe.init_std", y="probe_r2"):
+    return {"x": x, "y": y, "spearman_rho": rho, "p_value": p, "n": n}
+
+
+def test_zero_correlation_is_no_monotone_relation():
+    s = correlation_sentence(_corr(0.0, 1.0, 3))
+    assert s == "probe_r2 shows no monotone relation with pe.init_std (Spearman ρ = 0.00, p = 1, n = 3)."
+    assert "falls" not in s and "rises" not in s and "weak" not in s
+
+
+def test_a_non_significant_correlation_has_no_direction_or_strength():
+    s = correlation_sentence(_corr(-0.3, 0.4, 12))
+    assert s.startswith("probe_r2 shows no clear monotone relation with pe.init_std (Spearman ρ = -0.30, p = 0.4, n = 12)")
+    assert "falls" not in s and "weak" not in s and "not significant at the 5% level" in s
+    assert "no clear monotone relation" in correlation_sentence(_corr(0.9, math.nan, 12))
+
+
+def test_a_significant_correlation_keeps_direction_and_strength():
+    assert (correlation_sentence(_corr(-0.98, 1e-6, 12, "noise", "rsa_spearman"))
+            == "rsa_spearman falls as noise rises (Spearman ρ = -0.98, p = 1e-06, n = 12): a very strong monotone relation.")
+    assert correlation_sentence(_corr(0.45, 0.01, 30)).startswith("probe_r2 rises as pe.init_std rises")
+
+
+def test_too_few_points_for_any_significant_p_are_named():
+    from pe_probe.report.compare_index import smallest_exact_p
+
+    assert smallest_exact_p(3) == pytest.approx(1 / 3) and smallest_exact_p(4) == pytest.approx(1 / 12)
+    assert smallest_exact_p(5) == pytest.approx(1 / 60)
+    # 2 values x 3 seeds: an exact test's smallest p is 2 * 3! * 3! / 6! = 0.1, though scipy's t-approximation says 0.021
+    x, y = [0.1, 0.1, 0.1, 2.0, 2.0, 2.0], [0.9, 0.8, 0.85, 0.2, 0.3, 0.25]
+    assert smallest_exact_p(6, x, y) == pytest.approx(0.1)
+    s = correlation_sentence(_corr(1.0, 0.0, 4))  # scipy gives p = 0 for a perfect ordering of 4
+    assert "too few points" in s and "rises" not in s and "0.083" in s
+    tied = correlation_sentence(_corr(-0.878, 0.021, 6), x, y)
+    assert "too few points" in tied and "tied values" in tied and "falls" not in tied
+    assert "falls as" in correlation_sentence(_corr(-0.878, 0.021, 6))  # without the values: no ties known
+
+
+def test_undefined_correlation_is_no_relation():
+    s = correlation_sentence(_corr(math.nan, math.nan, 2))
+    assert "no monotone relation can be measured" in s and "only 2 points" in s
+    assert "a constant column" in correlation_sentence(_corr(math.nan, math.nan, 6))
+
+
+def test_index_page_uses_the_columns_ties(tmp_path):
+    frame = pd.DataFrame({"label": list("abcdef"), "pe.init_std": [0.1, 0.1, 0.1, 2.0, 2.0, 2.0],
+                          "probe_r2": [0.9, 0.8, 0.85, 0.2, 0.3, 0.25], "rsa_spearman": [0.5, 0.5, 0.4, 0.5, 0.6, 0.45]})
+    corr = pd.DataFrame([_corr(-0.878, 0.021, 6), _corr(0.0, 1.0, 6, y="rsa_spearman")])
+    page = write_compare_index(tmp_path, frame, corr, [], by="pe.init_std", trajectory=False).read_text()
+    assert "probe_r2 vs pe.init_std: too few points" in page and "falls as" not in page
+    assert "rsa_spearman shows no monotone relation with pe.init_std" in page
