@@ -8,6 +8,9 @@ so a sweep stopped early still has the core sigma grid.
 
 from __future__ import annotations
 
+import argparse
+import functools
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,15 +36,29 @@ PRESET_SETTINGS: dict[str, dict[str, Any]] = {
 PRESET_EPOCHS = {"quick": 40, "paper": 4000}
 PRESET_EVAL_EVERY = {"quick": 5, "paper": 50}
 
-# dotted config key -> pe-probe train option (booleans become --flag / --no-flag)
+
+# dotted config key -> pe-probe train option (booleans become --flag / --no-flag); every key `pe-probe train lst`
+# has an option for (tests/analyses/test_lst_sweep.py derives this map from trainers.cli and compares)
 CLI_FLAGS = {
     "seed": "--seed", "device": "--device",
     "pe.kind": "--pe", "pe.init": "--pe-init", "pe.init_std": "--pe-init-std", "pe.every_layer": "--pe-every-layer",
+    "pe.causal": "--relative-causal",
     "model.d_model": "--d-model", "model.n_layers": "--layers", "model.n_heads": "--heads",
+    "model.mlp_ratio": "--mlp-ratio", "model.norm": "--norm", "model.dropout": "--dropout", "model.readout": "--readout",
     "optim.name": "--optimizer", "optim.lr": "--lr", "optim.weight_decay": "--weight-decay",
     "optim.momentum": "--momentum", "optim.batch_size": "--batch-size", "optim.epochs": "--epochs",
     "eval_every": "--eval-every", "ckpt_every": "--ckpt-every", "data.n_per_level": "--n-per-level",
+    "data.ood_puzzles": "--ood-puzzles", "data.min_jaccard": "--min-jaccard",
 }
+
+
+class NoTrainOption(ValueError):
+    """An override the local backend cannot pass to ``pe-probe train lst``: no option of it sets that key."""
+
+
+def _show(value: Any) -> str:
+    """A value as --set takes it: strings as they are, the rest as JSON (true, 0.1, null)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 @dataclass
@@ -54,17 +71,38 @@ class RunSpec:
     tags: dict[str, Any] = field(default_factory=dict)  # group, pe, sigma, placement, control, seed
 
     def train_args(self, out_dir: str) -> list[str]:
-        """Arguments of ``pe-probe train`` for this run (after the program name)."""
+        """Arguments of ``pe-probe train`` for this run (after the program name); a key without an option
+        raises `NoTrainOption`, and None (the preset's value, as `trainers.config.make_config` skips it) adds none."""
         args = ["train", "lst", "--preset", self.preset, "--out", str(out_dir)]
         for key, value in self.overrides.items():
             if key not in CLI_FLAGS:
-                raise ValueError(f"override {key!r} has no pe-probe train option; known: {', '.join(CLI_FLAGS)}")
+                raise NoTrainOption(f"override {key!r} has no pe-probe train option; known: {', '.join(CLI_FLAGS)}")
             flag = CLI_FLAGS[key]
             if isinstance(value, bool):
                 args.append(flag if value else "--no-" + flag[2:])
-            else:
+            elif value is not None:
                 args += [flag, str(value)]
         return args
+
+    def check_train_args(self) -> None:
+        """Refuse (`NoTrainOption`, or a one-line ValueError) a run the local backend cannot train as planned: a key
+        without a ``pe-probe train`` option, or arguments from which ``pe-probe train`` would build another config
+        than `config` (it would train, and write to config.json, something else: e.g. a relative
+        ``data.ood_puzzles``, which it records resolved). Parses `train_args` as ``pe-probe train`` does."""
+        from trainers.cli import config_from_args
+        from trainers.train import config_differences
+
+        argv = self.train_args("RUN")[1:]
+        try:
+            got = config_from_args(_train_parser().parse_args(argv))
+        except ValueError as e:  # InputError: argparse's or the config's one-line message
+            raise ValueError(f"pe-probe train refuses the arguments of run {self.name} ({' '.join(argv)}): "
+                             f"{str(e).splitlines()[0]}") from None
+        diff = config_differences(self.config().to_dict(), got.to_dict(), ignore=())
+        if diff:
+            key, want, made = diff[0]
+            raise ValueError(f"--set {key}={_show(want)}: pe-probe train would record {key} as {_show(made)}; "
+                             f"give --set {key}={_show(made)}, or use --backend ensemble or ray")
 
     def config(self):
         """The full TrainConfig this run trains with."""
@@ -74,6 +112,13 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@functools.lru_cache(maxsize=None)
+def _train_parser() -> argparse.ArgumentParser:
+    from trainers.cli import train_parser
+
+    return train_parser()
 
 
 def _sig(s: float) -> str:

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from analyses.lst.grid import GROUPS, PRESET_SETTINGS, RunSpec, build_grid
+from analyses.lst.grid import GROUPS, PRESET_SETTINGS, NoTrainOption, RunSpec, build_grid
 from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line
@@ -92,9 +92,9 @@ def check_folder(flag: str, path: str) -> None:
 
 def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions, sets: list[str] | None = None) -> None:
     """Every run's config builds (unknown keys, bad values), the local backend can pass its overrides as
-    ``pe-probe train`` flags, and the speed options run on the device of every run trained in this
-    process (the Ray workers check their own). Raises a one-line `InputError`; a config error names the
-    ``sets`` (the ``--set`` items) it came from."""
+    ``pe-probe train lst`` options that give the run that config (`RunSpec.check_train_args`), and the speed
+    options run on the device of every run trained in this process (the Ray workers check their own). Raises a
+    one-line `InputError`; a config error names the ``sets`` (the ``--set`` items) it came from."""
     from trainers.evaluate import resolve_device
 
     devices = set()
@@ -103,8 +103,8 @@ def check_grid(grid: list[RunSpec], backend: str, speed: SpeedOptions, sets: lis
             devices.add(spec.config().device)
             if backend == "local":
                 try:
-                    spec.train_args("RUN")
-                except ValueError as e:
+                    spec.check_train_args()
+                except NoTrainOption as e:
                     raise InputError(f"{e}; use --backend ensemble or ray for other keys") from None
     except ValueError as e:
         msg = first_line(e)

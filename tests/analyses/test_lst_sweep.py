@@ -89,8 +89,104 @@ def test_train_args_map_every_override():
     sgd = g["sgd-s0.1-seed0"].train_args("X")
     assert sgd[sgd.index("--optimizer") + 1] == "sgd" and sgd[sgd.index("--lr") + 1] == str(G.SGD_LR)
     assert g["learned_uniform-s0.1-seed0"].overrides["pe.init"] == "uniform"
-    with pytest.raises(ValueError):
-        G.RunSpec("x", "quick", {"model.norm": "pre"}).train_args("X")
+    with pytest.raises(G.NoTrainOption, match="override 'data.seed' has no pe-probe train option"):
+        G.RunSpec("x", "quick", {"data.seed": 1}).train_args("X")
+
+
+def every_option_overrides(tmp_path: Path) -> dict:
+    """A value other than the quick preset's for each config key pe-probe train lst has an option for (pe.causal needs
+    pe.kind relative; task has one value)."""
+    return {"task": "lst", "seed": 3, "device": "auto", "pe.kind": "relative", "pe.init": "uniform",
+            "pe.init_std": 0.3, "pe.every_layer": False, "pe.causal": True, "model.d_model": 12, "model.n_layers": 2,
+            "model.n_heads": 2, "model.mlp_ratio": 2.5, "model.norm": "pre", "model.dropout": 0.1,
+            "model.readout": "cls", "optim.name": "sgd", "optim.lr": 0.02, "optim.weight_decay": 0.01,
+            "optim.momentum": 0.5, "optim.batch_size": 16, "optim.epochs": 3, "eval_every": 1, "ckpt_every": 2,
+            "data.n_per_level": 30, "data.ood_puzzles": str((tmp_path / "held-out.csv").resolve()),
+            "data.min_jaccard": 0.5}
+
+
+def options_of_pe_probe_train() -> dict[str, str]:
+    """Config key -> pe-probe train lst option, read from trainers.cli itself: every argument gets a marker
+    value, config_from_args runs on them with make_config stubbed to record its overrides, and each key that
+    receives an argument's marker maps to that argument's first option string."""
+    import argparse
+    from unittest import mock
+
+    import trainers.config
+    from trainers import cli
+
+    actions = [a for a in cli.train_parser()._actions if a.dest != "help"]
+    marks = {a.dest: f"<pe-probe train {a.dest}>" for a in actions}
+    seen = []
+    with mock.patch.object(trainers.config, "make_config", lambda preset="quick", overrides=None: seen.append(overrides)):
+        cli.config_from_args(argparse.Namespace(**marks))
+    assert len(seen) == 1, "config_from_args no longer builds its config through trainers.config.make_config"
+    out = {}
+    for key, value in seen[0].items():  # a marker passed through, or inside what the trainer makes of it (a path)
+        dests = [a for a in actions if isinstance(value, str) and marks[a.dest] in value]
+        if len(dests) == 1 and dests[0].option_strings:
+            out[key] = dests[0].option_strings[0]
+    return out
+
+
+def test_the_local_backend_passes_every_key_pe_probe_train_lst_has_an_option_for(tmp_path):
+    """CLI_FLAGS is every config key pe-probe train lst has an option for (it once knew 18 keys and refused
+    model.norm, mlp_ratio, dropout, readout, pe.causal and data.min_jaccard), and the arguments it builds give
+    pe-probe train the run's own config, key for key."""
+    from trainers.cli import config_from_args, train_parser
+    from trainers.config import make_config
+
+    assert G.CLI_FLAGS == options_of_pe_probe_train()
+    over = every_option_overrides(tmp_path)
+    over.pop("task")
+    assert set(G.CLI_FLAGS) == set(over)
+    spec = G.RunSpec("x", "quick", over)
+    argv = spec.train_args("X")
+    got = config_from_args(train_parser().parse_args(argv[1:])).to_dict()
+    assert got == spec.config().to_dict()
+    quick = make_config("quick").to_dict()
+    assert all(got[k] != quick[k] for k in got if k not in ("task", "preset"))  # every value went through
+    spec.check_train_args()
+    assert " ".join(argv).endswith("--pe relative --pe-init uniform --pe-init-std 0.3 --no-pe-every-layer "
+                                   "--relative-causal --d-model 12 --layers 2 --heads 2 --mlp-ratio 2.5 --norm pre "
+                                   "--dropout 0.1 --readout cls --optimizer sgd --lr 0.02 --weight-decay 0.01 "
+                                   "--momentum 0.5 --batch-size 16 --epochs 3 --eval-every 1 --ckpt-every 2 "
+                                   f"--n-per-level 30 --ood-puzzles {over['data.ood_puzzles']} --min-jaccard 0.5")
+
+
+@pytest.mark.parametrize("key,value,flags", [
+    ("model.norm", "pre", ["--norm", "pre"]),
+    ("model.mlp_ratio", 2, ["--mlp-ratio", "2"]),
+    ("model.dropout", 0.1, ["--dropout", "0.1"]),
+    ("model.readout", "cls", ["--readout", "cls"]),
+    ("data.min_jaccard", 0.5, ["--min-jaccard", "0.5"]),
+    ("pe.causal", True, ["--relative-causal"]),
+    ("pe.causal", False, ["--no-relative-causal"]),
+    ("data.ood_puzzles", None, []),  # None: the preset's value, as make_config skips it
+])
+def test_train_args_pass_the_model_and_data_options(key, value, flags):
+    over = {"pe.kind": "relative", key: value} if key == "pe.causal" else {key: value}
+    spec = G.RunSpec("x", "quick", over)
+    assert spec.train_args("X")[6:] == [*(["--pe", "relative"] if key == "pe.causal" else []), *flags]
+    spec.check_train_args()
+
+
+@pytest.mark.parametrize("item,flags", [
+    ("model.norm=pre", ["--norm", "pre"]),
+    ("model.mlp_ratio=2", ["--mlp-ratio", "2"]),
+    ("model.dropout=0.1", ["--dropout", "0.1"]),
+    ("model.readout=cls", ["--readout", "cls"]),
+    ("data.min_jaccard=0.5", ["--min-jaccard", "0.5"]),
+    ("pe.causal=false", ["--no-relative-causal"]),  # true: refused for the runs whose PE is not relative
+])
+def test_the_local_backend_accepts_a_set_of_a_key_pe_probe_train_has_an_option_for(tmp_path, capsys, item, flags):
+    """Was: "override 'model.norm' has no pe-probe train option", exit 2."""
+    root = tmp_path / "s"
+    assert S.main(["--root", str(root), "--set", item, "--dry-run"]) == 0
+    assert "error" not in capsys.readouterr().err and not root.exists()
+    spec = G.build_grid("quick", base_overrides=S.parse_overrides([item]))[0]
+    args = spec.train_args("X")
+    assert args[args.index(flags[0]):args.index(flags[0]) + len(flags)] == flags
 
 
 @pytest.mark.parametrize("include,overrides,key,groups", [
@@ -271,7 +367,11 @@ def test_ensemble_backend_trains_the_sweep_in_process_and_skips_finished_runs(tm
     (["--set", "model.d_model=abc"], "--d-model must be an integer >= 1"),
     (["--set", "model.d_model=8.0"], "--d-model must be an integer >= 1, got 8.0"),
     (["--set", "model.dropout=1.5"], "got 1.5 (from --set model.dropout=1.5)"),  # names where the value came from
-    (["--set", "model.mlp_ratio=2"], "use --backend ensemble or ray"),  # no pe-probe train flag for it
+    (["--set", "data.test_frac=0.2"], "override 'data.test_frac' has no pe-probe train option; known: seed, "),
+    (["--set", "data.seed=1"], "use --backend ensemble or ray for other keys"),  # no pe-probe train flag for it
+    # pe-probe train records --ood-puzzles resolved: the run's config.json would not be the sweep's
+    (["--set", "data.ood_puzzles=held-out.csv"], "--set data.ood_puzzles=held-out.csv: pe-probe train would record "
+                                                 "data.ood_puzzles as /"),
     (["--sigmas", "0.1,x"], "--sigmas '0.1,x'"),
     (["--sigmas", "0.1,-1"], "every sigma must be > 0"),
     (["--groups", "sigma,nope"], "unknown group(s) nope"),
@@ -337,8 +437,25 @@ def test_dry_run_writes_nothing(tmp_path, capsys, as_if_ray_installed):
 
 
 def test_keys_without_a_cli_flag_are_fine_for_the_in_process_backends(tmp_path):
-    argv = ["--root", str(tmp_path / "s"), "--set", "model.mlp_ratio=2", "--backend", "ensemble", "--dry-run"]
+    argv = ["--root", str(tmp_path / "s"), "--set", "data.test_frac=0.2", "--backend", "ensemble", "--dry-run"]
     assert S.main(argv) == 0
+
+
+def test_the_local_backend_trains_with_a_model_option_and_records_it(tmp_path):
+    """--set model.norm=pre reaches each pe-probe train subprocess as --norm pre and its config.json."""
+    root = tmp_path / "sweep"
+    argv = ["--root", str(root), "--sigmas", "0.5", "--seeds", "1", "--epochs", "1", "--groups", "sigma",
+            "--set", "model.norm=pre", "--set", "model.readout=cls", *TINY]
+    assert S.main(argv) == 0
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    assert [r.name for r in runs] == ["learned-every-s0.5-seed0", "sin2d-seed0"]
+    for run in runs:
+        assert (run / "last.pt").exists()
+        model = json.loads((run / "config.json").read_text())["model"]
+        assert (model["norm"], model["readout"], model["d_model"]) == ("pre", "cls", 8)
+        assert "--norm pre --readout cls" in (run / "train.log").read_text().splitlines()[0]
+    assert S.main(argv) == 0  # resumes: the runs' config.json match the sweep's
+    assert "2 finished, 0 to train" in (root / "sweep.log").read_text()
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
