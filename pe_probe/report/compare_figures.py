@@ -39,8 +39,15 @@ def generalization_key(frame) -> str | None:
     return None
 
 
+EXACT_SPEARMAN_N = 8  # up to this many pairs the p-value enumerates every pairing (8! = 40,320)
+
+
 def spearman(x, y) -> tuple[float, float, int]:
-    """Spearman rho, two-sided p and n over the pairs where both values are finite (nan when undefined)."""
+    """Spearman rho, two-sided p and n over the pairs where both values are finite (nan when undefined).
+
+    p is exact for n <= `EXACT_SPEARMAN_N` (every pairing of the values, ties kept: the share with |rho| at least
+    the observed), where scipy's t approximation can be several times too small (n = 5, rho = 0.9: 0.037 against
+    an exact 0.083); above it, scipy's."""
     from scipy.stats import spearmanr
 
     x = np.asarray(x, dtype=float)
@@ -50,7 +57,22 @@ def spearman(x, y) -> tuple[float, float, int]:
     if n < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
         return math.nan, math.nan, n
     res = spearmanr(x[ok], y[ok])
-    return float(res.statistic), float(res.pvalue), n
+    rho = float(res.statistic)
+    return rho, (exact_spearman_p(x[ok], y[ok], rho) if n <= EXACT_SPEARMAN_N else float(res.pvalue)), n
+
+
+def exact_spearman_p(x: np.ndarray, y: np.ndarray, rho: float) -> float:
+    """Two-sided exact p of Spearman's rho: the share of all n! pairings of ``y`` with ``x`` whose |rho| is at
+    least |``rho``| (within rounding)."""
+    import itertools
+
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x), rankdata(y)
+    rx, ry = (rx - rx.mean()) / np.linalg.norm(rx - rx.mean()), (ry - ry.mean()) / np.linalg.norm(ry - ry.mean())
+    perms = np.array(list(itertools.permutations(range(len(ry)))))
+    rhos = ry[perms] @ rx  # the Pearson correlation of ranks of every pairing
+    return float(np.mean(np.abs(rhos) >= abs(rho) - 1e-12))
 
 
 def is_numeric(values) -> bool:

@@ -145,3 +145,24 @@ def test_index_page_uses_the_columns_ties(tmp_path):
     page = write_compare_index(tmp_path, frame, corr, [], by="pe.init_std", trajectory=False).read_text()
     assert "probe_r2 vs pe.init_std: too few points" in page and "falls as" not in page
     assert "rsa_spearman shows no monotone relation with pe.init_std" in page
+
+
+@pytest.mark.parametrize("x,y", [
+    ([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]),
+    ([0.1, 0.1, 0.1, 2.0, 2.0, 2.0], [0.9, 0.8, 0.95, 0.3, 0.25, 0.4]),  # 2 settings x 3 seeds: ties
+    ([3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2, 8, 1]),  # ties in both, an asymmetric null
+])
+def test_compare_spearman_p_is_exact_at_small_n(x, y):
+    """scipy's t approximation gave 0.037 for n = 5, rho = 0.9, where the exact p is 0.083."""
+    import itertools
+
+    from scipy.stats import spearmanr
+
+    from pe_probe.report.compare_figures import spearman
+
+    rho, p, n = spearman(x, y)
+    observed = spearmanr(x, y).statistic
+    # brute force: scipy's rho of every pairing, two-sided as |rho| >= |observed|
+    every = [abs(spearmanr(x, [y[i] for i in perm]).statistic) for perm in itertools.permutations(range(len(y)))]
+    assert n == len(x) and rho == pytest.approx(observed)
+    assert p == pytest.approx(sum(r >= abs(observed) - 1e-12 for r in every) / len(every), abs=1e-12)
