@@ -80,8 +80,8 @@ def p_value_reading(p: float, n_perm: int | None, what: str, exact: int | None =
         if count <= 1:
             return f"{head}: no relabelling but the true one gave {what} this high; this is the smallest p-value possible here."
         if p >= ALPHA:
-            return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is "
-                    f"compatible with chance.")
+            return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so {what} this "
+                    f"high is compatible with chance.")
         return (f"{head}: {count} of them, the true one included, gave {what} at least this high, so this is unlikely "
                 f"to be chance. Relabellings that are symmetries of the true layout (a line's mirror image, a grid's "
                 f"rotations and reflections) leave its distances unchanged and always do as well, so p cannot fall "
@@ -93,7 +93,7 @@ def p_value_reading(p: float, n_perm: int | None, what: str, exact: int | None =
         return (f"p = {p:.3g}: only about {_pct_small(p)} of random relabellings of positions gave {what} at least this "
                 f"high, so chance alone is an unlikely explanation.")
     return (f"p = {p:.3g}: about {_pct(p)} of random relabellings of positions gave {what} at least this high, "
-            f"so this is compatible with chance.")
+            f"so {what} this high is compatible with chance.")  # 'this high': the test is one-sided
 
 
 def _pct_small(x: float) -> str:

@@ -23,7 +23,7 @@ def test_recovery_and_rsa_sentences_use_the_numbers():
 
 def test_p_value_wording_depends_on_the_value():
     assert "no random relabelling" in p_value_reading(0.001, 999, "an RSA")
-    assert "compatible with chance" in p_value_reading(0.4, 999, "an RSA")
+    assert "so an RSA this high is compatible with chance" in p_value_reading(0.4, 999, "an RSA")  # one-sided: not "this is"
     assert "unlikely" in p_value_reading(0.01, 999, "an RSA")
     assert "no random relabelling" not in p_value_reading(0.01, None, "an RSA")
 
