@@ -259,15 +259,17 @@ def answer(ana_sigma: pd.DataFrame) -> str:
     raw_up = [i for v, i in up if v == "raw"]
     read_up = [i for v, i in up if v != "raw"]
     read_max = np.nanmax([v for k, v in at_last.items() if not k.startswith("raw")] or [math.nan])
+    span = f"from epoch {first} (the first checkpoint) to {last}"  # what trained before the first checkpoint is not seen
     if read_up and not raw_up:
-        text += (f"So over these {last} epochs the grid geometry that grows with training is in what the model reads, "
-                 f"not in the raw table, and it stays modest in absolute terms (RSA at most {f3(read_max)} at epoch {last}).")
+        text += (f"So {span} the grid geometry that grows (uncorrected p) is in what the model reads; the raw table's "
+                 f"RSA does not change detectably, and what the model reads stays modest in absolute terms (RSA at "
+                 f"most {f3(read_max)} at epoch {last}).")
     elif raw_up and not read_up:
-        text += f"So over these {last} epochs the grid geometry that grows is in the raw table, not in what the model reads."
+        text += f"So {span} the grid geometry that grows (uncorrected p) is in the raw table, not in what the model reads."
     elif raw_up and read_up:
-        text += f"So over these {last} epochs both the raw table and what the model reads gain grid geometry."
+        text += f"So {span} both the raw table and what the model reads gain grid geometry (uncorrected p)."
     else:
-        text += f"So no view gains grid geometry detectably over these {last} epochs."
+        text += f"So no view gains grid geometry detectably {span}."
     corr = []
     for view, layer, lab in VIEWS:
         d = view_rows(ana_sigma, view, layer)
