@@ -184,6 +184,8 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
         out.append(f"**The 2D sinusoid generalizes best (study: 97.7%): {best_state(c)}.** Against the σ of the grid with "
                    f"the highest mean (σ = {best_sig:g}), "
                    + _paired_line(c, "2D sinusoid", f"σ = {best_sig:g}") + "."
+                   + f" That σ is chosen for its highest mean among {len(per)}, which selection inflates, so this "
+                   "comparison leans against the sinusoid."
                    + (f" These pairs mix the two CPU attention code paths ({mixed}; {MIXED})." if mixed else ""))
     for sig, key in ((0.1, "learned s=0.1"), (2.0, "learned s=2")):
         wd, plain = ood_by_seed(runs, group="control", control="wd0.1", sigma=sig), ood_by_seed(runs, group="sigma", sigma=sig)

@@ -285,6 +285,7 @@ def test_written_report_labels_and_csvs(tmp_path):
     assert "the study's ρ = -0.98 used" not in text
     assert "Within σ (distance and accuracy centred on each σ's mean)" in verdicts
     assert "The 2D sinusoid generalizes best (study: 97.7%): " in verdicts and "paired t p = " in verdicts
+    assert "which selection inflates, so this comparison leans against the sinusoid" in verdicts
     for label in ("*not detected*", "*not reproduced*", "*not distinguishable*", "*weak, but it decreases with σ*"):
         assert label in verdicts
 
