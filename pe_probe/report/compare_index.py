@@ -36,23 +36,50 @@ def _log_ties(values: np.ndarray) -> float:
 
 
 def smallest_exact_p(n: int, x=None, y=None) -> float:
-    """The smallest two-sided p-value an exact permutation test of Spearman's ρ could give for ``n`` pairs:
-    2·t/n!, t the larger of the products of the factorials of x's and of y's tie-group sizes (pairs where both
-    are finite; t = 1 without ties or without the values), since reordering tied values leaves ρ unchanged, so
-    at least t of the n! orderings reach each extreme. Without ties 1/3 at n = 3, 1/12 at n = 4, 1/60 at n = 5."""
+    """The smallest two-sided p-value an exact permutation test of Spearman's ρ could give for ``n`` pairs.
+
+    With the column values ``x`` and ``y`` (their finite pairs must number ``n``) and n up to
+    `compare_figures.EXACT_SPEARMAN_N`: the exact p of the most extreme ordering, ties kept (with ties the null
+    is not symmetric, so both extremes need not be reachable). Larger n with values: t/n!, t the larger of the
+    products of the factorials of x's and y's tie-group sizes (at least t orderings reach the extreme that is
+    reached). Without values, no ties: 2/n! (1/3 at n = 3, 1/12 at n = 4, 1/60 at n = 5)."""
+    from pe_probe.report.compare_figures import EXACT_SPEARMAN_N
+
     if n < 2:
         return 1.0
-    log_t = 0.0
-    if x is not None and y is not None:
-        try:
-            xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-        except (TypeError, ValueError):
-            xs = ys = None
-        if xs is not None and xs.shape == ys.shape:
-            ok = np.isfinite(xs) & np.isfinite(ys)
-            if int(ok.sum()) == n:
-                log_t = max(_log_ties(xs[ok]), _log_ties(ys[ok]))
-    return min(1.0, math.exp(math.log(2) + log_t - math.lgamma(n + 1)))
+    pairs = _finite_pairs(x, y, n)
+    if pairs is None:
+        return min(1.0, 2 / math.factorial(n)) if n <= 170 else 0.0
+    xs, ys = pairs
+    if n <= EXACT_SPEARMAN_N:
+        if np.ptp(xs) == 0 or np.ptp(ys) == 0:
+            return 1.0
+        return _extreme_p(xs, ys)
+    log_t = max(_log_ties(xs), _log_ties(ys))
+    return min(1.0, math.exp(log_t - math.lgamma(n + 1)))
+
+
+def _extreme_p(xs: np.ndarray, ys: np.ndarray) -> float:
+    """The exact two-sided p of the most extreme Spearman ρ any pairing of these values reaches."""
+    from pe_probe.report.compare_figures import exact_spearman_p
+    from scipy.stats import spearmanr
+
+    best = max(abs(spearmanr(np.sort(xs), np.sort(ys)).statistic), abs(spearmanr(np.sort(xs), -np.sort(-ys)).statistic))
+    return exact_spearman_p(xs, ys, best)
+
+
+def _finite_pairs(x, y, n: int):
+    """``x`` and ``y`` as float arrays over their finite pairs, or None when not given or not ``n`` such pairs."""
+    if x is None or y is None:
+        return None
+    try:
+        xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    if xs.shape != ys.shape:
+        return None
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    return (xs[ok], ys[ok]) if int(ok.sum()) == n else None
 
 
 def _float(v) -> float:

@@ -101,10 +101,19 @@ def _pct_small(x: float) -> str:
     return _pct(x) if x >= 0.01 else f"{100 * x:.2g}%"
 
 
+MIN_EXACT_FOR_LOWER_TAIL = 1000  # an exact test over fewer relabellings does not count as evidence below zero
+
+
 def _p_can_reach_alpha(provenance: dict[str, Any]) -> bool:
-    """False when a sampled Mantel test had too few permutations for any p-value below `ALPHA` (--n-perm < 19)."""
+    """Whether a large Mantel p can say the RSA is below zero: False for a sampled test too small to reach
+    `ALPHA` (--n-perm < 20), and for an exact test over fewer than `MIN_EXACT_FOR_LOWER_TAIL` relabellings,
+    where the layout's symmetries (a line's mirror image, a grid's rotations) tie with the observed RSA and
+    hold a share of the lower tail that p does not show (4 positions: 2 of 24)."""
+    exact = exact_relabellings(provenance, "mantel")
+    if exact:
+        return exact >= MIN_EXACT_FOR_LOWER_TAIL
     n_perm = n_permutations(provenance)
-    return bool(exact_relabellings(provenance, "mantel")) or not n_perm or 1 / (n_perm + 1) < ALPHA
+    return not n_perm or 1 / (n_perm + 1) < ALPHA
 
 
 def rsa_below_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> tuple[bool, str]:
@@ -114,7 +123,7 @@ def rsa_below_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> t
     below 0 (its upper end < 0), and ``rsa_p`` >= 1 - `ALPHA` (the Mantel test is one-sided, for a table that
     follows the true distances; a p this large puts the RSA among the lowest 5% of relabellings, while a
     merely large p only says the table does not follow them). A Mantel test whose permutations cannot reach
-    `ALPHA` (--n-perm below 19) does not count. ``reason`` is empty when the answer is yes, else a clause saying
+    `ALPHA` (--n-perm below 20) does not count. ``reason`` is empty when the answer is yes, else a clause saying
     why not ('its 95% bootstrap interval includes 0')."""
     provenance = provenance or {}
     tests = 0

@@ -84,8 +84,13 @@ def test_rsa_below_zero_needs_every_computed_test_and_at_least_one():
     assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": -0.2, "rsa_p": 0.5}, PROV)[0]
     assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": -0.7, "rsa_ci_high": 0.0, "rsa_p": 1.0}, PROV)[0]
     assert not rsa_below_zero({"rsa_spearman": -0.5, "rsa_ci_low": math.nan, "rsa_ci_high": math.nan}, {})[0]
-    exact = {"analysis": {"n_perm": 10, "mantel": {"exact": True, "n_relabellings": 120}}}
+    exact = {"analysis": {"n_perm": 10, "mantel": {"exact": True, "n_relabellings": 5040}}}
     assert rsa_below_zero({"rsa_spearman": -1.0, "rsa_p": 1.0}, exact)[0]  # exact tests count even with few perms
+    # but not over a handful of relabellings: line:4's mirror image ties with the observed RSA, so its exact
+    # lower tail is at least 2/24 = 0.083 although p = 1 (a review found "a systematic inversion" said there)
+    tiny = {"analysis": {"n_perm": 1000, "mantel": {"exact": True, "n_relabellings": 24}}}
+    assert not rsa_below_zero({"rsa_spearman": -0.86, "rsa_p": 1.0}, tiny)[0]
+    assert "inversion" not in verdict({"rsa_spearman": -0.86, "rsa_p": 1.0}, tiny)
     significant = {"rsa_ci_low": -0.5, "rsa_ci_high": -0.1, "rsa_p": 1.0}
     assert rsa_inverted({"rsa_spearman": -0.3, **significant}, PROV)
     assert not rsa_inverted({"rsa_spearman": -0.29, **significant}, PROV)
@@ -130,6 +135,11 @@ def test_too_few_points_for_any_significant_p_are_named():
     tied = correlation_sentence(_corr(-0.878, 0.021, 6), x, y)
     assert "too few points" in tied and "tied values" in tied and "falls" not in tied
     assert "falls as" in correlation_sentence(_corr(-0.878, 0.021, 6))  # without the values: no ties known
+    # ties can make the null asymmetric: the floor is the exact p of the most extreme ordering, not 2t/n!
+    # (it said "at least 0.067" next to p = 0.033 for these values, which a perfect ordering reaches)
+    v = [0, 0, 1, 1, 2]
+    assert smallest_exact_p(5, v, v) == pytest.approx(1 / 30)
+    assert "rises as" in correlation_sentence(_corr(1.0, 1 / 30, 5), v, v)
 
 
 def test_undefined_correlation_is_no_relation():
