@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line, script_exit
-from pe_probe.output import staged_dir
+from pe_probe.output import check_out_dir, staged_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_FILES = ("config.json", "metrics.jsonl")  # per run: what it was, and how it trained
@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
+        check_out_dir(args.out, created_inputs=[args.runs])  # before training: replacing --out must not delete the runs
         summary = run_demo(args.runs, force=args.force)
+        missing = [rel for rel in small_files(list(SIGMAS)) if not (args.runs / rel).is_file()]
+        if missing:
+            raise InputError(f"{args.runs / missing[0]} is missing ({len(missing)} file(s) of the demo); rerun with --force")
         with staged_dir(args.out) as out:
             copy_outputs(args.runs, out, list(SIGMAS))
             (out / "README.md").write_text(readme(summary.read_text(), args.runs, list(SIGMAS)))
@@ -52,12 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def small_files(names: list[str]) -> list[str]:
+    """The demo folder's files the report keeps, relative to it."""
+    return ([f"runs/{n}/{f}" for n in names for f in RUN_FILES] + [f"analysis/{n}/{f}" for n in names for f in ANALYSIS_FILES]
+            + [f"compare/{f}" for f in COMPARE_FILES])
+
+
 def copy_outputs(demo: Path, out: Path, names: list[str]) -> None:
     """The small files of the demo folder ``demo`` into ``out``, keeping their relative paths."""
-    wanted = [f"runs/{n}/{f}" for n in names for f in RUN_FILES]
-    wanted += [f"analysis/{n}/{f}" for n in names for f in ANALYSIS_FILES]
-    wanted += [f"compare/{f}" for f in COMPARE_FILES]
-    for rel in wanted:
+    for rel in small_files(names):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(demo / rel, out / rel)
 

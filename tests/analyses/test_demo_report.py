@@ -27,3 +27,35 @@ def test_the_demo_report_holds_the_summary_logs_and_every_linked_file(tmp_path, 
     capsys.readouterr()
     assert report.main(["--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
     assert "already finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("runs,out", [("rep/runs", "rep"), ("same", "same")])
+def test_an_out_folder_that_would_hold_the_runs_is_refused_before_training(tmp_path, monkeypatch, capsys, runs, out):
+    """A review found --runs inside an earlier report folder deleted with it, and --out == --runs refused only
+    after the whole demo had trained."""
+    import trainers.demo
+    from analyses.demo import report
+
+    monkeypatch.setattr(trainers.demo, "run_demo", lambda *a, **k: pytest.fail("trained before checking --out"))
+    (tmp_path / out).mkdir()
+    (tmp_path / out / ".pe-probe-output").write_text("written by pe-probe\n")  # a report folder of ours
+    with pytest.raises(SystemExit) as e:
+        report.main(["--runs", str(tmp_path / runs), "--out", str(tmp_path / out)])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_demo_folder_missing_a_file_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    import trainers.demo
+    from analyses.demo import report
+
+    def fake_demo(runs, force=False):
+        (runs / "runs").mkdir(parents=True)
+        (runs / "summary.md").write_text("# t\n\nFolders: `runs/`\n")
+        return runs / "summary.md"
+
+    monkeypatch.setattr(trainers.demo, "run_demo", fake_demo)
+    with pytest.raises(SystemExit) as e:
+        report.main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "config.json is missing" in err and "rerun with --force" in err
+    assert not (tmp_path / "rep").exists()
