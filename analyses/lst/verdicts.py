@@ -262,9 +262,11 @@ def answer(ana_sigma: pd.DataFrame) -> str:
     read_up = [i for v, i in up if v != "raw"]
     read_max = np.nanmax([v for k, v in at_last.items() if not k.startswith("raw")] or [math.nan])
     span = f"from epoch {first} (the first checkpoint) to {last}"  # what trained before the first checkpoint is not seen
+    raw_down = [i for v, i in down if v == "raw"]
     if read_up and not raw_up:
+        raw_did = "falls" if raw_down else "does not change detectably"
         text += (f"So {span} the grid geometry that grows (uncorrected p) is in what the model reads; the raw table's "
-                 f"RSA does not change detectably, and what the model reads stays modest in absolute terms (RSA at "
+                 f"RSA {raw_did}, and what the model reads stays modest in absolute terms (RSA at "
                  f"most {f3(read_max)} at epoch {last}).")
     elif raw_up and not read_up:
         text += f"So {span} the grid geometry that grows (uncorrected p) is in the raw table, not in what the model reads."

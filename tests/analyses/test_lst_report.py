@@ -310,3 +310,23 @@ def test_claims_the_runs_cannot_decide_are_not_testable_rather_than_not_supporte
     decided = next(v for v in V.verdicts(sr, empty) if v.startswith("**Large σ hurts"))
     assert ": supported." in decided
     assert V.geometry_state(_view(lambda s, i: 0.1, seeds=1).iloc[:1])["state"].startswith("not testable")
+
+
+def test_the_training_trend_sentence_says_when_the_raw_table_fell():
+    """A review found "the raw table's RSA does not change detectably" printed right after "fell for the raw
+    table ... p = 3.3e-05"."""
+    from analyses.lst.verdicts import answer
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for run in range(5):
+        for epoch in (5, 40):
+            late = epoch == 40
+            for view, layer, rsa in (("raw", "mean", 0.4 - 0.2 * late), ("raw", "0", 0.3 - 0.2 * late),
+                                     ("qk", "0", 0.1 + 0.2 * late)):
+                rows.append({"run": f"r{run}", "sigma": 0.1, "epoch": epoch, "view": view, "layer": layer,
+                             "is_last": late, "rsa_spearman": rsa + rng.normal(0, 0.01),
+                             "ref_shape_distance": np.nan, "eval_ood_acc": 0.9})
+    text = answer(pd.DataFrame(rows))
+    assert "fell for the raw table" in text and "the raw table's RSA falls" in text
+    assert "does not change detectably" not in text
