@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, show_path
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -287,13 +287,22 @@ def _true_columns(path: Path, table: np.ndarray) -> np.ndarray:
     with open(path, newline="", encoding="utf-8-sig") as fh:
         first = next((row for row in csv.reader(fh) if any(c.strip() for c in row)), [])
     names = [c.strip() for c in first]
-    if _all_numbers(names) or len(names) != table.shape[1]:
+    while names and not names[-1]:  # a trailing comma
+        names.pop()
+    if _all_numbers(names):
         return table
-    found = {int(m.group(1)): i for i, name in enumerate(names) if (m := _TRUE_COLUMN.fullmatch(name))}
-    if not found:
+    true = [(int(m.group(1)), i) for i, name in enumerate(names) if (m := _TRUE_COLUMN.fullmatch(name))]
+    if not true:
         return table
+    shown = show_path(path)
+    if len(names) != table.shape[1]:
+        raise InputError(f"{shown}: its header names {len(names)} columns but its rows have {table.shape[1]}; "
+                         f"give one name per column")
+    found = dict(true)
+    if len(found) != len(true):
+        raise InputError(f"{shown}: its header names a true_ column twice; name each of true_0 .. true_{{k-1}} once")
     if sorted(found) != list(range(len(found))):
-        raise InputError(f"{path}: its header names true_ columns {', '.join(f'true_{k}' for k in sorted(found))}; "
+        raise InputError(f"{shown}: its header names true_ columns {', '.join(f'true_{k}' for k in sorted(found))}; "
                          f"ground-truth columns must be true_0 .. true_{{k-1}}, without gaps")
     return table[:, [found[k] for k in range(len(found))]]
 

@@ -93,6 +93,15 @@ def test_our_own_embedding_csv_gives_its_true_columns(tmp_path) -> None:
     (tmp_path / "gap.csv").write_text("position,true_0,true_2\n0,1,5\n1,2,6\n")
     with pytest.raises(InputError, match=r"true_0, true_2; .* without gaps"):
         parse_ground_truth(tmp_path / "gap.csv")
+    # a review's cases: a trailing comma, a name count that disagrees, a true_ column named twice
+    (tmp_path / "trail.csv").write_text("position,true_0,true_1,\n0,1,5\n1,2,6\n")
+    np.testing.assert_array_equal(parse_ground_truth(tmp_path / "trail.csv").coords, [[1, 5], [2, 6]])
+    (tmp_path / "fewer.csv").write_text("true_0,true_1\n0,1,5\n1,2,6\n")
+    with pytest.raises(InputError, match=r"names 2 columns but its rows have 3"):
+        parse_ground_truth(tmp_path / "fewer.csv")
+    (tmp_path / "dup.csv").write_text("position,true_0,true_0,true_1\n0,1,2,5\n1,2,3,6\n")
+    with pytest.raises(InputError, match=r"names a true_ column twice"):
+        parse_ground_truth(tmp_path / "dup.csv")
 
 
 def test_txt_whitespace_or_comma_with_comments(tmp_path) -> None:
