@@ -421,3 +421,11 @@ def test_a_ground_truth_that_counts_dropped_rows_names_why_they_were_dropped(tmp
     torch.save({"pos_embed": torch.randn(1, 17, 8)}, tmp_path / "vit.pt")  # a ViT's CLS row, detected
     assert main(["analyze", str(tmp_path / "vit.pt"), "-g", "line:17"]) == 2
     assert "after dropping 1 leading row(s) found to be CLS / offset rows;" in capsys.readouterr().err
+
+
+def test_show_path_quotes_every_control_character_not_only_ascii_ones() -> None:
+    from pe_probe.errors import show_path
+
+    for bad in ("a\x9b31mb", "a\u2028b", "a\x85b", "a\nb", "a\x1bb", "a\x7fb"):  # C1 CSI, line separator, NEL, ...
+        assert show_path(bad) == repr(bad) and "\\" in show_path(bad)
+    assert show_path("naïve é 東京 a b") == "naïve é 東京 a b"  # printable text stays as it is

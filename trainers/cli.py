@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, show_path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,7 +74,7 @@ def _speed_flags(g, applies_to: str) -> None:
 
 def train_parser() -> argparse.ArgumentParser:
     from trainers.config import PRESETS, TASKS
-    from trainers.pe import INITS, PE_KINDS
+    from trainers.pe import INITS, PE_KINDS, pe_kinds_for
 
     p = _Parser(prog="pe-probe train", description="Train a small transformer on a task and save pe-probe checkpoints.",
                 epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,7 +87,7 @@ def train_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("positional encoding")
     g.add_argument("--pe", default=None, metavar="KIND",
-                   help=f"one of {', '.join(k for k in PE_KINDS if k != 'sin3d')} (default: learned; sin3d is for the "
+                   help=f"one of {', '.join(pe_kinds_for(2))} (default: learned; sin3d is for the "
                         "3D tasks: pe-probe train netsim|brain)")
     g.add_argument("--pe-init", default=None, metavar="INIT", help=f"learned/relative table init: {', '.join(INITS)} (default: normal)")
     g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init, > 0 (default: 0.1)")
@@ -201,7 +201,7 @@ def _preset_values(task: str, key: str) -> str:
 
 def masked_train_parser(task: str) -> argparse.ArgumentParser:
     from trainers.config import MASKED_PRESETS
-    from trainers.pe import INITS, PE_KINDS
+    from trainers.pe import INITS, PE_KINDS, pe_kinds_for
 
     p = _Parser(prog=f"pe-probe train {task}", description=f"Train a masked-prediction transformer on the {task} task.",
                 epilog=MASKED_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -213,7 +213,9 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"], help="where to train (default: cpu)")
     p.add_argument("--force", action="store_true", help="delete a previous run in RUN_DIR and start from scratch")
     g = p.add_argument_group("positional encoding")
-    g.add_argument("--pe", default=None, metavar="KIND", help=f"one of {', '.join(PE_KINDS)} (default: learned; sin2d / sin3d need 2D / 3D coordinates)")
+    kinds = (", ".join(pe_kinds_for(3)) if task == "brain" else
+             f"{', '.join(PE_KINDS)}; sin2d and rope2d need --dim 2, sin3d --dim 3")
+    g.add_argument("--pe", default=None, metavar="KIND", help=f"one of {kinds} (default: learned)")
     g.add_argument("--pe-init", default=None, metavar="INIT", help=f"learned table init: {', '.join(INITS)} (default: normal)")
     g.add_argument("--pe-init-std", type=float, default=None, metavar="SIGMA", help="std of the init, > 0 (default: 0.1)")
     _bool_flag(g, "--pe-every-layer", "a separate PE table at the input of every layer (default: on)")
@@ -442,8 +444,9 @@ def ensemble_main(args: argparse.Namespace) -> int:
     root = Path(args.out)
     own = [name for name in ("last.pt", "config.json") if (root / name).exists()]
     if own:  # the members' folders would nest inside another run's folder
-        raise InputError(f"--out {root} is a single run's folder (it holds {own[0]}); with --ensemble-* lists --out is the "
-                         f"root folder of many runs: choose another --out, e.g. {root.parent / (root.name + '-ensemble')}")
+        beside = root.absolute().parent / f"{root.absolute().name}-ensemble"  # absolute: '--out .' suggested '-ensemble'
+        raise InputError(f"--out {show_path(root)} is a single run's folder (it holds {own[0]}); with --ensemble-* lists "
+                         f"--out is the root folder of many runs: choose another --out, e.g. {show_path(beside)}")
     outs = [root / member_name(c) for c in cfgs]
     if len(set(outs)) != len(outs):
         twin = next(o for o in outs if outs.count(o) > 1)

@@ -171,10 +171,11 @@ def _int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def validate(cfg: TrainConfig, coords_dim: int = 2) -> TrainConfig:
+def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     """Check every option; raise a one-line InputError naming the option and the allowed values.
 
-    ``coords_dim``: the dimension of the task's positions (the Latin Square grid: 2), which limits the PE kinds."""
+    ``coords_dim``: the dimension of the task's positions (the Latin Square grid: 2), which limits the PE kinds;
+    None when the config alone does not fix it (then building the model checks the PE against the positions)."""
     m, pe, o, d = cfg.model, cfg.pe, cfg.optim, cfg.data
     _check(cfg.task in TASKS, f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
     _check(_int(cfg.seed) and cfg.seed >= 0, f"--seed must be an integer >= 0, got {cfg.seed!r}")
@@ -192,7 +193,7 @@ def validate(cfg: TrainConfig, coords_dim: int = 2) -> TrainConfig:
     _check(_finite(m.dropout) and 0 <= m.dropout < 1, f"--dropout must be in [0, 1), got {m.dropout!r}")
     _check(m.readout in ("last", "cls"), f"--readout must be 'last' or 'cls', got {m.readout!r}")
     # positional encoding
-    kinds = pe_kinds_for(coords_dim)
+    kinds = pe_kinds_for(coords_dim) if coords_dim is not None else list(PE_KINDS)
     _check(pe.kind in PE_KINDS, f"unknown PE kind {pe.kind!r}; choose one of {', '.join(kinds)}")
     _check(pe.kind in kinds, f"--pe {pe.kind} needs {PE_KINDS[pe.kind].coords_dim}D positions and this task's are "
                              f"{coords_dim}D; choose one of {', '.join(kinds)}")
@@ -354,7 +355,9 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
     shadow = TrainConfig(task="lst", seed=cfg.seed, preset=cfg.preset, device=cfg.device, model=cfg.model,
                          pe=cfg.pe, optim=cfg.optim, eval_every=cfg.eval_every, ckpt_every=cfg.ckpt_every)
     d = cfg.data
-    validate(shadow, coords_dim=d.dim if cfg.task == "netsim" and d.dim in (2, 3) else 3)  # brain: 3D MNI positions
+    # brain: 3D MNI positions; netsim: its --dim, unless a coordinate file (read later) or a bad --dim decides
+    dim = 3 if cfg.task != "netsim" else d.dim if d.layout != "file" and d.dim in (2, 3) else None
+    validate(shadow, coords_dim=dim)
     for name in ("mask_train", "mask_test", "mask_ood"):
         _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")

@@ -268,7 +268,7 @@ def test_mistyped_train_command_lines_are_usage_errors_that_name_the_help(tmp_pa
     assert err.count("\n") == 1 and not (tmp_path / "r").exists()
 
 
-def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path):
+def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path, monkeypatch):
     """Its member folders used to nest inside the finished run's folder."""
     run = tmp_path / "run"
     assert train_main(["lst", "--out", str(run), *TINY]) == 0
@@ -277,6 +277,9 @@ def test_an_ensemble_into_a_single_runs_folder_is_refused(tmp_path):
                                          r".* choose another --out, e.g. .*run-ensemble") as e:
         train_main(["lst", "--out", str(run), "--ensemble-seeds", "0,1", *TINY])
     assert "\n" not in str(e.value) and sorted(p.name for p in run.iterdir()) == before
+    with pytest.raises(InputError, match=rf"e\.g\. {re.escape(str(run.absolute()))}-ensemble$"):  # not "-ensemble"
+        monkeypatch.chdir(run)
+        train_main(["lst", "--out", ".", "--ensemble-seeds", "0,1", *TINY])
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -345,3 +348,16 @@ def test_an_interrupted_training_says_what_a_rerun_will_do(tmp_path, capsys):
     with pytest.raises(SystemExit), where_it_stopped(run, 40):
         raise SystemExit(0)  # not a stop
     assert capsys.readouterr().err == ""
+
+
+def test_the_pe_dimension_check_waits_for_a_coordinate_file_and_a_valid_dim(tmp_path):
+    """A review found make_masked_config refusing sin3d for a 3D --layout file (the config's dim was the default
+    2) and an invalid --dim 4 reported as 'this task's are 3D'."""
+    from trainers.config import make_masked_config
+
+    coords = tmp_path / "c.csv"
+    coords.write_text("0,0,0\n1,0,0\n0,1,0\n0,0,1\n1,1,1\n")
+    cfg = make_masked_config("netsim", "quick", {"data.layout": "file", "data.coords_file": str(coords), "pe.kind": "sin3d"})
+    assert cfg.pe.kind == "sin3d"
+    with pytest.raises(InputError, match=r"--dim must be 2 or 3, got 4"):
+        make_masked_config("netsim", "quick", {"data.dim": 4, "pe.kind": "sin2d"})
