@@ -14,8 +14,8 @@ import pandas as pd
 
 from analyses.lst.code_paths import MIXED, pair_paths
 from analyses.lst.selection import TRAJ_VIEWS, VIEWS, ood_by_seed, sigma_runs, view_rows
-from analyses.lst.study import STUDY, STUDY_RHO, study_pct
-from analyses.lst.summary_stats import f3, fp, paired_ci, pct, rsa_change, sg, spearman
+from analyses.lst.study import CHANCE, STUDY, STUDY_RHO, study_pct
+from analyses.lst.summary_stats import f3, fp, mean_ci, paired_ci, pct, rsa_change, sg, spearman
 
 SMALL, LARGE, TREND_CUT = 0.2, 1.5, 0.5  # "small σ", "large σ", the range of the small-σ trend
 RSA_MIN, MANTEL_SHARE, BORDER = 0.3, 0.5, 0.01  # geometry "present": mean RSA > 0.3, Mantel p < 0.05 in >= half
@@ -85,15 +85,19 @@ def best_state(c: dict[str, Any]) -> str:
     return "not distinguishable"
 
 
-def wd_state(c: dict[str, Any], implied_gain: float) -> str:
+def wd_state(c: dict[str, Any], implied_gain: float, at_chance: bool = False) -> str:
     """Weight decay vs none, seed-paired: 'supported' when the difference is positive with paired t p < 0.05 over at
-    least 3 seeds; else 'not detected (CI ...)' when the 95% t-CI includes the study's implied gain, 'not
-    reproduced' when it excludes it; 'descriptive only' with fewer than 2 seeds."""
+    least 3 seeds; else 'not informative' when ``at_chance`` (neither arm's held-out accuracy is above chance by its
+    95% t-interval: no arm learned the task, so a gain cannot show), 'not detected (CI ...)' when the 95% t-CI
+    includes the study's implied gain, 'not reproduced' when it excludes it; 'descriptive only' with fewer than 2
+    seeds."""
     if c["n"] < 2 or not np.isfinite(c["ci_low"]):
         return "descriptive only"
     ci = f"95% CI [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}] points"
     if c["n"] >= 3 and c["diff"] > 0 and _ok(c["t_p"]):
         return "supported" + (f", but by less than the study's implied gain ({ci})" if c["ci_high"] < implied_gain else "")
+    if at_chance:
+        return f"not informative ({ci}; neither arm's held-out accuracy is above chance)"
     if c["ci_low"] <= implied_gain <= c["ci_high"]:
         return f"not detected ({ci} includes the study's implied gain of ~{100 * implied_gain:.1f})"
     return f"not reproduced ({ci} excludes the study's implied gain of ~{100 * implied_gain:.1f})"
@@ -192,10 +196,11 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
         if not (len(wd) and len(plain)):
             continue
         c = paired_ci(wd, plain)
+        at_chance = all(mean_ci(arm)[1] <= CHANCE for arm in (wd, plain))  # no interval above chance (NaN: not known)
         implied = STUDY["weight decay"] - STUDY[key]
         mixed = pair_paths(runs, paths, dict(group="control", control="wd0.1", sigma=sig), dict(group="sigma", sigma=sig),
                            names=("with weight decay", "without"))
-        out.append(f"**Weight decay helps learned PEs (study: about 99%), σ = {sg(sig)}: {wd_state(c, implied)}.** "
+        out.append(f"**Weight decay helps learned PEs (study: about 99%), σ = {sg(sig)}: {wd_state(c, implied, at_chance)}.** "
                    + _cap(_paired_line(c, "AdamW weight decay 0.1", "without"))
                    + f". The study's implied gain: {study_pct('weight decay')}% with weight decay (its σ not given) minus "
                    f"{study_pct(key)}% without at σ = {sg(sig)} = ~{100 * implied:.1f} points; the study trained 4,000 epochs, "
@@ -305,4 +310,5 @@ def criteria_text() -> str:
             f"*weight decay helps* is supported when the seed-paired held-out difference is positive with a paired t-test "
             f"p < {ALPHA:g} over at least 3 seeds, otherwise *not detected* when the 95% t-CI of the paired difference "
             f"includes the study's implied gain (its ~99% with weight decay minus its accuracy without at that σ), and "
-            f"*not reproduced* when the CI excludes it. Comparisons with one seed are descriptive only.\n")
+            f"*not reproduced* when the CI excludes it, and *not informative* when neither arm's held-out accuracy is above "
+            f"chance by its 95% t-interval. Comparisons with one seed are descriptive only.\n")

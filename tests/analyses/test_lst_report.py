@@ -142,6 +142,10 @@ def test_wd_state_labels():
     narrow = V.wd_state(_paired([0.25, 0.29, 0.22], [0.24, 0.28, 0.24]), 0.613)
     assert narrow.startswith("not reproduced (95% CI [") and "excludes the study's implied gain of ~61.3" in narrow
     assert V.wd_state(_paired([0.9], [0.8]), gain) == "descriptive only"
+    # both arms at chance (sigma 2 at 40 epochs): a gain cannot show, so the claim is not tested, not refuted
+    at_chance = V.wd_state(_paired([0.25, 0.29, 0.22], [0.24, 0.28, 0.24]), 0.613, at_chance=True)
+    assert at_chance.startswith("not informative (95% CI [") and "neither arm's held-out accuracy is above chance" in at_chance
+    assert V.wd_state(_paired([0.95, 0.96, 0.97], [0.90, 0.905, 0.91]), gain, at_chance=True) == "supported"
 
 
 def _wd_frames():
