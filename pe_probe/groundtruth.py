@@ -212,6 +212,11 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
     non-numeric cell raises InputError naming the file, line and column. ``pe_probe.io`` reuses this
     for tables stored as text.
     """
+    return read_named_table(path, header=header, what=what)[1]
+
+
+def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> tuple[list[str] | None, np.ndarray]:
+    """`read_number_table`, also returning the header row it skipped (its stripped cells), or None."""
     path = Path(path)
     rows: list[tuple[int, list[str]]] = []  # (line number, cells)
     try:
@@ -230,8 +235,9 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
         raise InputError(f"{path}: not a text file (not UTF-8); the {what} must be numbers in a .csv/.txt, or a .npy") from None
     except csv.Error as e:
         raise InputError(f"{path}: not a readable CSV ({e}); the {what} must be rows of numbers") from None
+    names = None
     if rows and header and not _all_numbers(rows[0][1]):
-        rows = rows[1:]
+        names, rows = rows[0][1], rows[1:]
     if not rows:
         raise InputError(f"{path}: {what} is empty; it needs N rows of numbers")
     width = len(rows[0][1])
@@ -246,7 +252,7 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
                 raise InputError(
                     f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
                 ) from None
-    return out
+    return names, out
 
 
 def _parse_builtin(text: str, kind: str, sizes: str) -> GroundTruth:
@@ -272,21 +278,18 @@ def _from_file(text: str) -> GroundTruth:
     if suffix == ".npy":
         coords = load_npy(path, "ground truth")
     else:
-        coords = read_number_table(path, header=suffix == ".csv", what="ground truth")
-        if suffix == ".csv":
-            coords = _true_columns(path, coords)
+        names, coords = read_named_table(path, header=suffix == ".csv", what="ground truth")
+        coords = _true_columns(path, names, coords)
     return GroundTruth(_validate_coords(coords, text), text, "file", None)
 
 
 _TRUE_COLUMN = re.compile(r"true_(\d+)")
 
 
-def _true_columns(path: Path, table: np.ndarray) -> np.ndarray:
-    """The ``true_0, true_1, ...`` columns of a CSV whose header names them (pe-probe's own embedding.csv,
+def _true_columns(path: Path, header: list[str] | None, table: np.ndarray) -> np.ndarray:
+    """The ``true_0, true_1, ...`` columns of a CSV whose ``header`` names them (pe-probe's own embedding.csv,
     whose other columns are the position index and the recovered coordinates), else the whole table."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        first = next((row for row in csv.reader(fh) if any(c.strip() for c in row)), [])
-    names = [c.strip() for c in first]
+    names = list(header or [])
     while names and not names[-1]:  # a trailing comma
         names.pop()
     if _all_numbers(names):
