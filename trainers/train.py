@@ -107,6 +107,20 @@ def start_message(name: str, cfg: Any, start_epoch: int, n_train: int, unit: str
             f"evaluating every {every} epoch{'s' if every != 1 else ''}, first after epoch {next_eval}")
 
 
+def epoch_bar(out: Path, cfg: Any, start_epoch: int, n_train: int, unit: str, device: Any,
+              log: Callable[[str], None]) -> Any:
+    """The epochs to train, as a progress bar on a terminal; elsewhere (output piped) no bar, and the
+    `start_message` line instead."""
+    from tqdm.auto import tqdm
+
+    epochs = cfg.optim.epochs
+    bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
+               disable=not sys.stderr.isatty(), leave=False)
+    if bar.disable:
+        log(start_message(str(out), cfg, start_epoch, n_train, unit, device))
+    return bar
+
+
 def checkpoints_at(cfg: Any, epoch: int) -> bool:
     """Whether the trainers write a checkpoint after ``epoch``: every ``ckpt_every`` epochs and at the last."""
     return epoch % cfg.ckpt_every == 0 or epoch == cfg.optim.epochs
@@ -449,8 +463,6 @@ def train(
     part of the run's config, so a run can be resumed with or without them (results then differ within
     floating-point tolerance).
     """
-    from tqdm.auto import tqdm
-
     validate(cfg)
     out = Path(out_dir)
     log = log or print_line
@@ -490,10 +502,7 @@ def train(
 
     epochs, bs = cfg.optim.epochs, cfg.optim.batch_size
     t0 = time.time()
-    bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
-               disable=not sys.stderr.isatty(), leave=False)
-    if bar.disable:
-        log(start_message(str(out), cfg, start_epoch, n_train, "puzzles", device))
+    bar = epoch_bar(out, cfg, start_epoch, n_train, "puzzles", device, log)
     for epoch in bar:
         # per-epoch randomness derived from (seed, epoch): the shuffle and the global RNG (dropout)
         g = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch))

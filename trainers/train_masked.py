@@ -13,7 +13,6 @@ run of a sweep is scored on the same masked tokens.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,8 @@ from trainers.console import print_line
 from trainers.memory import keep_freed_memory
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
 from trainers.provenance import record_session
-from trainers.train import (check_run_dir, checkpoints_at, epoch_seed, evaluates_at, make_optimizer, record_evaluation,
-                            restore_run, save_run_checkpoint, seed_everything, speed_setup, start_message,
+from trainers.train import (check_run_dir, checkpoints_at, epoch_bar, epoch_seed, evaluates_at, make_optimizer,
+                            record_evaluation, restore_run, save_run_checkpoint, seed_everything, speed_setup,
                             start_run_dir)
 
 EVAL_SPLITS_FIRST = ("train", "test", "ood")
@@ -152,8 +151,6 @@ def train_masked(
     `trainers.train.speed_setup`): not part of the config, so a run resumes with or without them; the loss
     is taken in float32 and evaluation runs the float32 eager model.
     """
-    from tqdm.auto import tqdm
-
     from trainers.evaluate import resolve_device
 
     validate_masked(cfg)
@@ -194,10 +191,7 @@ def train_masked(
 
     epochs, bs, ratio = cfg.optim.epochs, cfg.optim.batch_size, cfg.data.mask_train
     t0 = time.time()
-    bar = tqdm(range(start_epoch, epochs), initial=start_epoch, total=epochs, desc=out.name,
-               disable=not sys.stderr.isatty(), leave=False)
-    if bar.disable:
-        log(start_message(str(out), cfg, start_epoch, n_train, "windows", device))
+    bar = epoch_bar(out, cfg, start_epoch, n_train, "windows", device, log)
     for epoch in bar:
         g = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch))
         perm = torch.randperm(n_train, generator=g).to(device)
