@@ -10,7 +10,6 @@ README's demo table without rerunning it: the summary, both runs' config and tra
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
@@ -71,8 +70,9 @@ def copy_outputs(demo: Path, out: Path, names: list[str]) -> None:
 
 def training_table(demo: Path, names: list[str]) -> str:
     """Training loss and OOD accuracy at each evaluation of each run (from its metrics.jsonl)."""
-    logs = {n: [json.loads(s) for s in (demo / "runs" / n / "metrics.jsonl").read_text().splitlines() if s.strip()]
-            for n in names}
+    from analyses.lst.analyse import read_evals
+
+    logs = {n: read_evals(demo / "runs" / n) for n in names}
     epochs = sorted({line["epoch"] for lines in logs.values() for line in lines})
     head = "| epoch | " + " | ".join(f"{n} train_loss | {n} ood_acc" for n in names) + " |"
     rows = [head, "|---:|" + "---:|" * (2 * len(names))]
