@@ -137,7 +137,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
       ``attention_similarity``, the cosine similarity of the two maps (the study's measure).
     Returns one result per table the view yields (one per layer for ``layer="all"``).
     """
-    from .io import load_state
+    from .io import open_state
     from .validation import check_choice
 
     view = check_choice(str(view).lower(), VIEWS, "--view")
@@ -148,7 +148,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     if str(source).startswith(BUILTIN_PREFIX):
         raise InputError(f"{source} is a bare table with no model around it, so it has no {view} view; "
                          f"drop --view (or use --view raw)")
-    state, meta = load_state(source)
+    state, meta = open_state(source)
     base_prov = {"source": str(source), "sha256": meta.get("sha256"), "source_kind": meta.get("source_kind"),
                  "config": meta.get("config"), "checkpoint_metrics": meta.get("metrics"), "step": meta.get("step")}
     items: list[tuple[str, np.ndarray, dict]] = []

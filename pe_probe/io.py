@@ -8,8 +8,9 @@ Sources: our checkpoint (``pe-probe-checkpoint/1``), plain or nested torch state
 Safety: torch files load with ``torch.load(..., weights_only=True)`` only, numpy files with
 ``allow_pickle=False``; a file that needs code to unpickle is refused, never executed.
 
-Two entry points: `load_table` returns the (N, d) table to analyse plus provenance; `load_state`
-returns every tensor of a source (for analyses that also need W_Q/W_K). Tensors are read lazily
+Entry points: `load_table` returns the (N, d) table to analyse plus provenance; `open_state` a
+source's tensors by name, each read when first used (for views that also need W_Q/W_K);
+`load_state` every tensor of a source, read at once. Tensors are read lazily
 (memory-mapped where the format allows), so picking one table out of a large model stays cheap.
 """
 
@@ -24,6 +25,7 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -144,17 +146,49 @@ def load_state(source: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[s
 
     Metadata keys: ``source`` (the path given), ``source_kind``, ``sha256``, ``config``, ``pe_params``, ``ground_truth``
     (a GroundTruth or None), ``step``, ``epoch``, ``metrics``, ``raw`` (True when the source is a
-    single unnamed table, stored under the name ``"table"``), ``notes``.
+    single unnamed table, stored under the name ``"table"``), ``notes``. To read only the tensors
+    you use (a view of a large model needs four or five of them), use `open_state`.
     """
+    state, meta = open_state(source)
+    return {name: state[name] for name in state}, meta
+
+
+def open_state(source: str | os.PathLike) -> tuple[LazyState, dict[str, Any]]:
+    """A source's tensors as a read-on-access mapping (`LazyState`), plus `load_state`'s metadata dict."""
     store, meta = _open(source)
-    state = {}
-    for name in store.shapes:  # claimed sizes first: views convert these to float64
-        label = _tensor_label(meta, name)
-        if name in store.problems:
-            raise InputError(f"{label}: {store.problems[name]}")
-        check_tensor_bytes(store.shapes[name], label)
-        state[name] = store.read(name)
-    return state, meta
+    return LazyState(store, meta), meta
+
+
+class LazyState(Mapping):
+    """A source's tensors by name; each is read (its claimed size checked first) when first looked up.
+
+    Names, ``in`` and ``len`` cost nothing; ``state[name]`` reads that tensor once and keeps it.
+    """
+
+    def __init__(self, store: _Store, meta: dict[str, Any]):
+        self.store, self._meta, self._read = store, meta, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._read:
+            if name not in self.store.shapes:
+                raise KeyError(name)
+            label = _tensor_label(self._meta, name)
+            if name in self.store.problems:
+                raise InputError(f"{label}: {self.store.problems[name]}")
+            check_tensor_bytes(self.store.shapes[name], label)  # claimed size first: views widen to float64
+            self._read[name] = self.store.read(name)
+        return self._read[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store.shapes)
+
+    def __len__(self) -> int:
+        return len(self.store.shapes)
+
+
+def store_of(state: Mapping[str, Any]) -> _Store:
+    """The `_Store` behind a state: a `LazyState`'s own (nothing read), else one over the arrays."""
+    return state.store if isinstance(state, LazyState) else _Store.from_arrays(state)
 
 
 def _tensor_label(meta: dict[str, Any], name: str) -> str:
@@ -163,7 +197,7 @@ def _tensor_label(meta: dict[str, Any], name: str) -> str:
     return shown if meta["raw"] else f"{show_path(name)} in {shown}"
 
 
-def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
+def find_pe_params(state: Mapping[str, np.ndarray], meta: dict[str, Any] | None = None) -> list[str]:
     """The PE table name(s) of a state, in layer order.
 
     Order of preference: the checkpoint's own ``pe_params``; then well-known names (matched as a
@@ -172,7 +206,7 @@ def find_pe_params(state: dict[str, np.ndarray], meta: dict[str, Any] | None = N
     number are per-layer tables, sorted by that number. Integer tensors are never a PE. Raises
     InputError, listing candidates, when nothing matches or the matches are ambiguous.
     """
-    return _find_pe(_Store.from_arrays(state), meta or {})
+    return _find_pe(store_of(state), meta or {})
 
 
 def load_table(

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +64,8 @@ from pe_probe.io import (
     _extra_tokens,
     _parse_positions,
     _resolve_param,
-    _Store,
     find_pe_params,
+    store_of,
 )
 from pe_probe.stats import correlate
 
@@ -89,7 +90,7 @@ View = tuple[str, np.ndarray, dict[str, Any]]
 
 
 def view_tables(
-    state: dict[str, np.ndarray],
+    state: Mapping[str, np.ndarray],
     meta: dict[str, Any],
     view: str,
     *,
@@ -103,7 +104,7 @@ def view_tables(
 
     Parameters
     ----------
-    state, meta : what `pe_probe.io.load_state` returns.
+    state, meta : what `pe_probe.io.open_state` (read on access) or `load_state` returns.
     view : one of `VIEWS`.
     layer : with several per-layer tables: an index, ``"mean"`` (one entry: the average of the
         per-layer views; for raw the mean table), ``"all"`` (one entry per layer), or None (layer 0,
@@ -121,7 +122,7 @@ def view_tables(
     if view not in VIEWS:
         raise InputError(f"unknown view {view!r}; choose one of {', '.join(VIEWS)}")
     meta = meta or {}
-    store = _Store.from_arrays(state)
+    store = store_of(state)
     src = str(meta.get("source") or "source")
     names = [_resolve_param(store, pe_param, src)] if pe_param is not None else find_pe_params(state, meta)
     per_layer = len(names) > 1
@@ -260,7 +261,7 @@ class _Reader:
         return grid, mass
 
 
-def _reader(state: dict[str, np.ndarray], meta: dict[str, Any], name: str, view: str) -> _Reader:
+def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, view: str) -> _Reader:
     if _OURS_TABLE.match(name) and "embed.bias" in state and "blocks.0.attn.qkv.weight" in state:
         return _ours(state, meta, name)
     if name.endswith(_BERT_PE):
@@ -271,7 +272,7 @@ def _reader(state: dict[str, np.ndarray], meta: dict[str, Any], name: str, view:
                      f"recognised; available view: raw; expected one of: {_EXPECTED}")
 
 
-def _ours(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     model = ((meta.get("config") or {}).get("model")) or {}
     if not isinstance(model, dict) or "n_heads" not in model:
         raise InputError(f"{name}: the checkpoint's config lacks model.n_heads (and model.norm); the q/k/kernel "
@@ -316,7 +317,7 @@ def _ours(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Rea
     )
 
 
-def _bert(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+def _bert(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_BERT_PE)]
     emb, att = pre + "embeddings.", pre + "encoder.layer.0.attention.self."
     need = [emb + "LayerNorm.weight", emb + "LayerNorm.bias"] + [att + f"{m}.{t}" for m in ("query", "key")
@@ -343,7 +344,7 @@ def _bert(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Rea
     )
 
 
-def _gpt2(state: dict[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+def _gpt2(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_GPT2_PE)]
     blk = pre + "h.0."
     need = [blk + "ln_1.weight", blk + "ln_1.bias", blk + "attn.c_attn.weight", blk + "attn.c_attn.bias"]
@@ -435,7 +436,7 @@ def _label(name: str, view: str, head: int | None) -> str:
     return label if head is None else f"{label}:head{head}"
 
 
-def _require(state: dict[str, np.ndarray], names: list[str], param: str) -> None:
+def _require(state: Mapping[str, np.ndarray], names: list[str], param: str) -> None:
     missing = [n for n in names if n not in state]
     if missing:
         raise InputError(f"{param}: the tensors that read it are missing ({', '.join(missing[:4])}); available "

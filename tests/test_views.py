@@ -187,6 +187,70 @@ def test_gpt2_without_head_count_is_a_one_line_input_error(rng):
     assert one(view_tables(state, {"config": None}, "raw"))[1].shape == (N, D)
 
 
+
+def gpt2_folder(folder, rng, *, extra=None, weights="model.safetensors"):
+    """A Hugging Face GPT-2-style folder: config.json plus one weights file (the planted state + ``extra``)."""
+    import json
+
+    import torch
+
+    D3 = 3 * D
+    state = gpt2_state(rng.normal(size=(N, D)), rng.normal(size=(D, D3)), rng.normal(size=D3),
+                       np.ones(D), np.zeros(D))
+    tensors = {k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()} | (extra or {})
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": 2, "layer_norm_epsilon": 1e-5}))
+    if weights.endswith(".safetensors"):
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(folder / weights))
+    else:
+        torch.save(tensors, folder / weights)
+    return state
+
+
+def test_a_view_reads_only_the_tensors_it_needs(tmp_path, rng, monkeypatch):
+    """q/k/qk/kernel of a large model must not read its every tensor: only the table and the first block's."""
+    import torch
+
+    import pe_probe.io as io
+
+    gpt2_folder(tmp_path / "m", rng, extra={f"transformer.h.{i}.mlp.c_fc.weight": torch.ones(D, 4 * D)
+                                            for i in range(1, 4)})
+    opened = io._open
+
+    def counting_open(source):
+        store, meta = opened(source)
+        read = store.read
+        store.read = lambda name: (reads.append(name), read(name))[1]
+        return store, meta
+
+    monkeypatch.setattr(io, "_open", counting_open)
+    needed = {"transformer.wpe.weight", "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
+              "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias"}
+    for view in ("q", "k", "qk", "kernel"):
+        reads = []
+        state, meta = io.open_state(tmp_path / "m")
+        view_tables(state, meta, view)
+        assert set(reads) <= needed and "transformer.wpe.weight" in reads, view
+    reads = []
+    assert set(io.load_state(tmp_path / "m")[0]) == set(reads) and len(reads) == 7 + 3  # load_state: every tensor once
+
+
+def test_a_view_ignores_an_unreadable_tensor_it_does_not_need(tmp_path, rng):
+    """An unrelated tensor pe-probe cannot read (here a sparse one) used to stop every view of the model."""
+    import torch
+
+    from pe_probe.api import analyze_view
+
+    state = gpt2_folder(tmp_path / "m", rng, extra={"adjacency": torch.eye(4).to_sparse()},
+                        weights="pytorch_model.bin")
+    res = one(analyze_view(tmp_path / "m", "qk", "line:16", n_perm=0, n_boot=0, methods="pca"))
+    expected = one(view_tables(state, {"config": {"n_head": 2, "layer_norm_epsilon": 1e-5}}, "qk"))[1]
+    np.testing.assert_allclose(res.table, expected, rtol=1e-5, atol=1e-5)  # float32 on disk
+    with pytest.raises(InputError, match="sparse"):
+        analyze_view(tmp_path / "m", "raw", "line:4", param="adjacency", n_perm=0, n_boot=0, methods="pca")
+
 # ---------------------------------------------------------------------------------------------------
 # pe-probe checkpoints (planted, numpy only)
 
