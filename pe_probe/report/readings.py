@@ -187,6 +187,10 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
                 z = (rho - mu) / sd
                 text += (f" Random Gaussian tables of the same shape give {_num(mu)} ± {_num(sd)} (chance level), so "
                          f"this is {abs(z):.1f} standard deviations {'above' if z >= 0 else 'below'} chance.")
+                untested = (not below) if z < 0 else (_ok(metrics, "rsa_p") and float(metrics["rsa_p"]) >= 0.05)
+                if abs(z) >= 2 and (rho <= -0.1 or z > 0) and untested:
+                    text += (" That spread is how much random tables' RSA varies, not how uncertain this table's RSA is, "
+                             "so it is not a test: the interval and the permutation test are.")
             else:  # one null table (--n-null 1): a single draw, no spread
                 text += (f" One random Gaussian table of the same shape gives {_num(mu)}: a single draw, not a chance "
                          f"level (raise --n-null).")

@@ -132,3 +132,20 @@ def test_index_page_shows_the_notes_and_embeds_parseable_metrics(tmp_path):
     data = json.loads(embedded)  # valid JSON: not HTML-escaped, null where metrics.json has null
     on_disk = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert data["rsa_p"] is None and data == {k: v for k, v in on_disk.items() if k in data}
+
+
+def test_distance_from_chance_is_not_offered_as_a_test_when_the_tests_disagree():
+    """A random table at RSA -0.20 (CI across zero, Mantel p 0.986) read '4.0 standard deviations below chance'
+    right after 'not shown to be below zero'; the sentence now says which of the two is the test."""
+    prov = {"analysis": {"n_perm": 999}}
+    base = {"rsa_spearman": -0.20, "rsa_ci_low": -0.46, "rsa_ci_high": 0.10, "rsa_p": 0.986,
+            "null_rsa_mean": 0.0, "null_rsa_sd": 0.05}
+    text = _by_name(readings(base, prov))["RSA (Spearman ρ)"]
+    assert "not shown to be below zero" in text and "4.0 standard deviations below chance" in text
+    assert "not a test: the interval and the permutation test are" in text
+    weak_up = _by_name(readings(dict(base, rsa_spearman=0.15, rsa_ci_low=-0.1, rsa_ci_high=0.4, rsa_p=0.08), prov))
+    assert "3.0 standard deviations above chance" in weak_up["RSA (Spearman ρ)"]
+    assert "not a test" in weak_up["RSA (Spearman ρ)"]
+    for agreeing in (dict(base, rsa_spearman=0.15, rsa_p=0.01), dict(base, rsa_spearman=-0.05, null_rsa_sd=0.02),
+                     dict(base, rsa_ci_high=-0.05, rsa_p=0.999)):  # tests agree, or |rho| < 0.1, or shown below zero
+        assert "not a test" not in _by_name(readings(agreeing, prov))["RSA (Spearman ρ)"], agreeing
