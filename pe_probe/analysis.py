@@ -56,6 +56,14 @@ MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
 MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
 
 
+def rsa_distances(square: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """The condensed distances RSA ranks, with their sort order.
+
+    Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once the
+    coordinates are scaled, shifted or rotated; they are merged so that ranks and ties do not depend on it."""
+    return dist.merge_near_ties(dist.condensed(square), atol=0.0 if metric == "euclidean" else 1e-12, return_order=True)
+
+
 def auto_n_null(n_pairs: int) -> int:
     """Random tables for the chance level: 20, fewer for very large tables (at least 3)."""
     return int(max(3, min(20, 1e7 // max(n_pairs, 1))))
@@ -144,11 +152,8 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     stage("distances")
     pe_sq = dist.square_distances(P, pe_metric)
     gt_sq = dist.square_distances(G, "euclidean")
-    # Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once
-    # the coordinates are scaled, shifted or rotated; merge them so ranks and ties do not depend on it.
-    pe_d, pe_order = dist.merge_near_ties(dist.condensed(pe_sq), atol=0.0 if pe_metric == "euclidean" else 1e-12,
-                                          return_order=True)
-    gt_d, gt_order = dist.merge_near_ties(dist.condensed(gt_sq), return_order=True)
+    pe_d, pe_order = rsa_distances(pe_sq, pe_metric)
+    gt_d, gt_order = rsa_distances(gt_sq, "euclidean")
     if np.ptp(pe_d) == 0:
         raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare")
     if np.ptp(gt_d) == 0:

@@ -189,16 +189,29 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
             if gt is not None and gt.n == full:
                 gt = gt.rows(*span)
             gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full, meta.get("ground_truth_error"))
-        prov = dict(base_prov, param=label, layer=info.get("layer"), view=info)
+        prov = dict(base_prov, param=label, layer=info.get("layer"), view=info, notes=list(info.get("notes") or []),
+                    extra_tokens=info.get("extra_tokens"), original_shape=_stored_shape(state, info.get("param")))
         res = analyze(table, gt, provenance=prov, **analyze_kwargs)
         if view == "kernel":
             from .views import kernel_distance_correlation
 
-            res.metrics["kernel_distance_rho"] = kernel_distance_correlation(table, res.coords)
+            res.metrics["kernel_distance_rho"] = info["kernel_distance_rho"] = kernel_distance_correlation(table, res.coords)
+            if info.get("causal"):  # the mask alone makes a causal kernel look positional: measure its share
+                from .causal import causal_mask_baseline
+
+                res.metrics.update(causal_mask_baseline(table, res.coords, pe_metric=res.pe_metric,
+                                                        n_boot=analyze_kwargs.get("n_boot", 1000),
+                                                        seed=analyze_kwargs.get("seed", 0)))
         if info.get("attention_similarity") is not None:
             res.metrics["attention_similarity"] = info["attention_similarity"]
         results.append(res)
     return results
+
+
+def _stored_shape(state: Any, param: Any) -> list[int] | None:
+    """The stored shape of a view's table (None for a mean over layers, or a state without shapes)."""
+    shapes = getattr(getattr(state, "store", None), "shapes", {})
+    return list(shapes[param]) if isinstance(param, str) and param in shapes else None
 
 
 def n_layers(source: str | os.PathLike, param: str | None = None) -> int:

@@ -229,6 +229,10 @@ def format_summary(result, title: str = "") -> str:
     ]
     if "kernel_distance_rho" in m:
         rows.append(("kernel vs -distance", m["kernel_distance_rho"], "Spearman: attends to near positions when high"))
+    if "causal_mask_rsa" in m:
+        rows.append(("causal mask RSA", m["causal_mask_rsa"], f"the mask alone (a table without positions); the kernel's "
+                     f"excess {_fmt(m['causal_excess_rsa'])}, 95% CI [{_fmt(m['causal_excess_ci_low'])}, "
+                     f"{_fmt(m['causal_excess_ci_high'])}]; mask-only kernel vs -distance {_fmt(m['causal_mask_kernel_rho'])}"))
     if "attention_similarity" in m:
         rows.append(("attention similarity", m["attention_similarity"], "cosine with the reference model's maps"))
     if "ref_shape_distance" in m:

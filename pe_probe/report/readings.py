@@ -194,6 +194,10 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
             else:  # one null table (--n-null 1): a single draw, no spread
                 text += (f" One random Gaussian table of the same shape gives {_num(mu)}: a single draw, not a chance "
                          f"level (raise --n-null).")
+        if _ok(metrics, "causal_mask_rsa"):
+            text += (f" This is a causal model's kernel: the causal mask alone (a table without positional information) "
+                     f"gives {_num(float(metrics['causal_mask_rsa']))}, so only the excess over it, "
+                     f"{_num(float(metrics['causal_excess_rsa']))}{_excess_ci(metrics)}, can come from the PE.")
         out.append(("RSA (Spearman ρ)", value, text))
     if _ok(metrics, "rsa_p"):
         text = p_value_reading(float(metrics["rsa_p"]), n_perm, "an RSA", exact_relabellings(provenance, "mantel"))
@@ -277,11 +281,34 @@ def best_recovery(metrics: dict) -> tuple[str, float] | None:
     return max(found, key=lambda item: item[1], default=None)
 
 
+def _excess_ci(metrics: dict) -> str:
+    lo, hi = metrics.get("causal_excess_ci_low"), metrics.get("causal_excess_ci_high")
+    return f" (95% CI {_num(float(lo))} to {_num(float(hi))})" if _ok(metrics, "causal_excess_ci_low") and _ok(
+        metrics, "causal_excess_ci_high") else ""
+
+
+def causal_verdict(metrics: dict) -> str:
+    """The verdict on a causal kernel: does the PE add geometry beyond what the causal mask alone gives?"""
+    rho, mask = float(metrics["rsa_spearman"]), float(metrics["causal_mask_rsa"])
+    said = (f"the kernel's RSA {_num(rho)} against the {_num(mask)} that the causal mask alone gives (a table without "
+            f"positional information): a difference of {_num(rho - mask)}{_excess_ci(metrics)}")
+    if not _ok(metrics, "causal_excess_ci_low"):
+        return f"Not tested against the causal mask (--n-boot 0): {said}."
+    if float(metrics["causal_excess_ci_low"]) > 0:
+        return f"The PE adds geometry beyond the causal mask: {said}; only this excess can come from the PE."
+    if float(metrics["causal_excess_ci_high"]) < 0:
+        return f"The PE makes the kernel follow the true distances less than the causal mask alone: {said}."
+    return f"No evidence that the PE adds geometry beyond the causal mask: {said}."
+
+
 def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
     """One sentence summary: is the true geometry recovered, beyond chance? (cut-offs: `ALPHA`, `RECOVERED_R2`,
-    `CORRELATION_WORDS`; README, "What the numbers mean")."""
+    `CORRELATION_WORDS`; README, "What the numbers mean"). A causal kernel is judged against the causal mask
+    (`causal_verdict`)."""
     if not _ok(metrics, "rsa_spearman"):
         return "No RSA was computed."
+    if _ok(metrics, "causal_mask_rsa"):
+        return causal_verdict(metrics)
     provenance = provenance or {}
     rho = float(metrics["rsa_spearman"])
     best = best_recovery(metrics)
