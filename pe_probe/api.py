@@ -68,6 +68,18 @@ def _resolve_ground_truth(loaded_gt: GroundTruth | None, ground_truth, n_rows: i
     return gt
 
 
+def _refuse_counting_dropped_rows(ground_truth, n_rows: int, extra: int | None, asked: int | None) -> None:
+    """A ground truth that counts the ``extra`` leading rows just dropped: say so, and how to keep them (the
+    generic size mismatch would suggest --positions, which keeps the wrong rows)."""
+    if ground_truth is None or not extra:
+        return
+    n_gt = as_ground_truth(ground_truth).n
+    if n_gt == n_rows + extra:
+        why = "as --drop-extra-tokens asked" if asked else "found to be CLS / offset rows"
+        raise InputError(f"ground truth has {n_gt} positions, the table has {n_rows} after dropping {extra} leading "
+                         f"row(s) {why}; pass --drop-extra-tokens 0 to keep them, or a ground truth of {n_rows} positions")
+
+
 def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str | None = None,
                    layer: int | str | None = None, positions: str | tuple[int, int] | None = None,
                    drop_extra_tokens: int | None = None, **analyze_kwargs: Any) -> AnalysisResult:
@@ -101,13 +113,8 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
 
     loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
     full_rows = loaded.original_shape[-2] - loaded.extra_tokens if len(loaded.original_shape) >= 2 else len(loaded.table)
-    if ground_truth is not None and loaded.extra_tokens and loaded.positions is None:
-        n_gt = as_ground_truth(ground_truth).n
-        if n_gt == len(loaded.table) + loaded.extra_tokens:
-            why = ("as --drop-extra-tokens asked" if drop_extra_tokens else "found to be CLS / offset rows")
-            raise InputError(f"ground truth has {n_gt} positions, the table has {len(loaded.table)} after dropping "
-                             f"{loaded.extra_tokens} leading row(s) {why}; "
-                             f"pass --drop-extra-tokens 0 to keep them, or a ground truth of {len(loaded.table)} positions")
+    if loaded.positions is None:
+        _refuse_counting_dropped_rows(ground_truth, len(loaded.table), loaded.extra_tokens, drop_extra_tokens)
     gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows,
                                loaded.ground_truth_error)
     prov = loaded.provenance()
@@ -183,6 +190,8 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     for label, table, info in items:
         gt = meta.get("ground_truth")
         if view == "attention" or positions is None:
+            if view != "attention":
+                _refuse_counting_dropped_rows(ground_truth, len(table), info.get("extra_tokens"), drop_extra_tokens)
             gt = _resolve_ground_truth(gt, ground_truth, len(table), None, len(table), meta.get("ground_truth_error"))
         else:  # the view's rows are --positions of a table of info["n_rows"] rows: slice a ground truth alike
             span, full = tuple(info["positions"]), info["n_rows"]

@@ -57,10 +57,11 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
     if arr.ndim != 2:
         raise InputError(f"{name}: expected (N, k) coordinates, got shape {tuple(arr.shape)}")
     if arr.shape[0] != n_positions:
-        raise InputError(
-            f"{name} has {arr.shape[0]} positions but the PE table has {n_positions}; "
-            f"pass a matching --ground-truth or select rows with --positions A:B"
-        )
+        extra = n_positions - arr.shape[0]
+        tokens = (f"if its first {extra} row(s) are extra tokens (CLS, distillation, offset rows), pass "
+                  f"--drop-extra-tokens {extra}; else " if extra in (1, 2) else "")
+        raise InputError(f"{name} has {arr.shape[0]} positions but the PE table has {n_positions}; {tokens}"
+                         f"pass a matching --ground-truth or select rows with --positions A:B")
     if not np.isfinite(arr).all():
         raise InputError(f"{name}: contains NaN/Inf coordinates")
     if np.ptp(arr, axis=0).max() == 0:

@@ -429,3 +429,36 @@ def test_show_path_quotes_every_control_character_not_only_ascii_ones() -> None:
     for bad in ("a\x9b31mb", "a\u2028b", "a\x85b", "a\nb", "a\x1bb", "a\x7fb"):  # C1 CSI, line separator, NEL, ...
         assert show_path(bad) == repr(bad) and "\\" in show_path(bad)
     assert show_path("naïve é 東京 a b") == "naïve é 東京 a b"  # printable text stays as it is
+
+
+def test_a_view_refuses_a_ground_truth_that_counts_dropped_offset_rows(tmp_path, capsys, rng):
+    """The raw view said 'pass --drop-extra-tokens 0'; --view q gave only the generic size mismatch."""
+    from safetensors.torch import save_file
+
+    n, d = 16, 8
+    att = "roberta.encoder.layer.0.attention.self."
+    state = {"roberta.embeddings.position_embeddings.weight": rng.normal(size=(n + 2, d)),
+             "roberta.embeddings.token_type_embeddings.weight": np.zeros((1, d)),
+             "roberta.embeddings.LayerNorm.weight": np.ones(d), "roberta.embeddings.LayerNorm.bias": np.zeros(d),
+             att + "query.weight": rng.normal(size=(d, d)), att + "query.bias": np.zeros(d),
+             att + "key.weight": rng.normal(size=(d, d)), att + "key.bias": np.zeros(d)}
+    folder = tmp_path / "roberta"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "roberta", "num_attention_heads": 2,
+                                                    "max_position_embeddings": n + 2}))
+    save_file({k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()}, str(folder / "model.safetensors"))
+    for view in ("raw", "q", "kernel"):
+        code, _, err = run(["analyze", folder, "--view", view, "-g", f"line:{n + 2}", *FAST], capsys)
+        assert_input_error(code, err, "after dropping 2 leading row(s)", "--drop-extra-tokens 0")
+    code, out, _ = run(["analyze", folder, "--view", "q", "-g", f"line:{n}", *FAST], capsys)
+    assert code == 0 and "2 leading row(s) dropped" in out
+
+
+def test_a_table_one_or_two_rows_longer_than_its_ground_truth_suggests_dropping_extra_tokens(tmp_path, capsys, rng):
+    """--positions :64 keeps a CLS row and drops a patch; the mismatch message now names --drop-extra-tokens first."""
+    np.save(tmp_path / "t.npy", rng.normal(size=(17, 4)))
+    code, _, err = run(["analyze", tmp_path / "t.npy", "-g", "grid:4x4", *FAST], capsys)
+    assert_input_error(code, err, "16 positions but the PE table has 17", "--drop-extra-tokens 1", "--positions")
+    code, _, err = run(["analyze", tmp_path / "t.npy", "-g", "grid:3x3", *FAST], capsys)
+    assert_input_error(code, err, "--positions")
+    assert "--drop-extra-tokens" not in err  # 8 extra rows: not tokens
