@@ -61,12 +61,17 @@ _PE_WORDS = {
 }
 # Relative-position tables index offsets, not positions: never picked automatically.
 _NOT_ABSOLUTE = re.compile(r"relative|rel_pos|rel_emb|offset_table|_bias|bias_table|exp_avg|momentum", re.IGNORECASE)
-# HF model types whose learned position table starts with 2 unused offset rows
-# (OPT/BART: positions are shifted by 2; RoBERTa family: padding_idx=1, positions start at 2).
-_OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert",
-                  "longformer", "data2vec-text", "ibert", "roberta-prelayernorm", "xmod"}
+# HF model types whose learned position table starts with unused rows, as transformers builds them (checked in
+# its source): OPT/BART-style tables hold max_position_embeddings + 2 rows looked up at position + 2;
+# RoBERTa-style ones are nn.Embedding(max_position_embeddings, d, padding_idx=pad_token_id) with position ids
+# from padding_idx + 1 (MPNet fixes padding_idx at 1; ESM only with position_embedding_type "absolute").
+_OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "biogpt", "mvp", "trocr"}
+_PADDING_IDX_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "ibert",
+                      "roberta-prelayernorm", "xmod", "mpnet", "esm"}
 _VIT_TYPES = {"vit", "deit", "beit", "dinov2", "dino", "vit_mae", "vit_msn", "vit_hybrid", "clip_vision_model",
               "siglip_vision_model", "dinov2_with_registers", "ijepa"}
+# Separate tensors for the rows a ViT table holds before its patches (CLS; DeiT's distillation token).
+_CLS_NAMES = {"cls_token", "class_token", "class_embedding", "dist_token", "distillation_token"}
 _HF_WEIGHTS = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)")
 _VIT_NAME = re.compile(r"vit|deit|beit|dino|pos_embed|vision|visual|patch", re.IGNORECASE)
 
@@ -260,7 +265,7 @@ def load_table(
     n_rows, n_dims = shapes[chosen[0]]
 
     gt: GroundTruth | None = meta["ground_truth"]
-    extra, note = _extra_tokens(chosen[0], n_rows, meta["config"], drop_extra_tokens, gt, shown)
+    extra, note = _extra_tokens(chosen[0], n_rows, meta["config"], drop_extra_tokens, gt, shown, store)
     if extra:
         notes.append(note)
     start, stop = 0, n_rows - extra
@@ -677,6 +682,11 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
             return _layer_order(hits, src)
     if len(store.shapes) == 1 and floats:
         return floats  # a file that holds one float tensor: that is the table, whatever its name
+    why = _no_table_reason(store, meta.get("config"))
+    if why:
+        raise NoPETableError(f"{src}: no positional-encoding table found: this model has no absolute PE table "
+                             f"({why}), so there is nothing to analyse; pass --param NAME to analyse one of its "
+                             f"tensors anyway (candidates: {_listing(_candidates(store))})")
     raise InputError(f"{src}: no positional-encoding table found automatically; pass --param NAME "
                      f"(candidates: {_listing(_candidates(store))})")
 
@@ -816,8 +826,11 @@ def _read_rows(store: _Store, name: str, label: str, start: int, stop: int) -> n
 
 
 def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | None,
-                  gt: GroundTruth | None, src: str) -> tuple[int, str]:
-    """How many leading rows to drop, and the note that says why."""
+                  gt: GroundTruth | None, src: str, store: _Store | None = None) -> tuple[int, str]:
+    """How many leading rows to drop, and the note that says why.
+
+    Evidence: the config of the model (or of the part that holds the table, in a composite model), else the
+    table's name, and with ``store`` the tensors beside it (a CLS token) or its zero padding row."""
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, (int, np.integer)) or not 0 <= explicit < n_rows:
             raise InputError(f"{src}: --drop-extra-tokens {explicit!r} must be an integer in 0..{n_rows - 1} "
@@ -825,32 +838,152 @@ def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | N
         return int(explicit), f"dropped {explicit} leading row(s) as asked"
     if gt is not None and gt.n == n_rows:
         return 0, ""  # the table already matches its own ground truth
-    model_type = str((config or {}).get("model_type", "")).lower()
-    low = name.lower()
-    if model_type in _OFFSET2_TYPES and (low.endswith("embed_positions.weight")
-                                         or low.endswith("position_embeddings.weight")):
-        return 2, (f"dropped 2 offset rows at the top ({model_type} position ids start at 2; "
-                   f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
-    if not config and low.endswith("decoder.embed_positions.weight") and _is_pow2(n_rows - 2):
-        return 2, (f"dropped 2 offset rows at the top ({n_rows} = 2 + {n_rows - 2}: OPT/BART-style table; "
-                   f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
-    if _vit_like(name, config) and not _is_square(n_rows):
-        for k in (1, 2):
-            s = math.isqrt(max(n_rows - k, 0))
-            if s >= 2 and s * s == n_rows - k:
-                what = "CLS token" if k == 1 else "CLS + distillation tokens"
-                return k, (f"dropped {k} {what} ({n_rows} rows = {k} + {s}x{s} patches; "
-                           f"keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python)")
+    keep = "keep them with --drop-extra-tokens 0, or drop_extra_tokens=0 in Python"
+    cfg = _sub_config(name, config)
+    k, why = _offset_rows(name, n_rows, cfg, store, src)
+    if k:
+        return k, f"dropped {k} offset row{'s' if k > 1 else ''} at the top ({why}; {keep})"
+    if _vit_like(name, cfg) or (store is not None and _cls_beside(store, name)):
+        found = _patch_rows(n_rows, cfg)
+        if found:
+            k, gh, gw = found
+            what = "CLS token" if k == 1 else "CLS + distillation tokens"
+            return k, f"dropped {k} {what} ({n_rows} rows = {k} + {gh}x{gw} patches; {keep})"
     return 0, ""
 
 
-def _vit_like(name: str, config: dict | None) -> bool:
-    config = config or {}
-    if str(config.get("model_type", "")).lower() in _VIT_TYPES:
+def _offset_rows(name: str, n_rows: int, cfg: dict, store: _Store | None, src: str) -> tuple[int, str]:
+    """Unused rows on top of a text model's learned table (OPT/BART offset, RoBERTa padding), and why."""
+    low = "." + name.lower()
+    model_type = str(cfg.get("model_type", "")).lower()
+    max_pos = cfg.get("max_position_embeddings")
+    if low.endswith((".embed_positions.weight", ".position_embeddings.weight")):
+        if model_type in _OFFSET2_TYPES and max_pos in (None, n_rows - 2):
+            return 2, f"{model_type} position ids start at 2"
+        pad = 1 if model_type == "mpnet" else cfg.get("pad_token_id", 1)
+        if (model_type in _PADDING_IDX_TYPES and max_pos in (None, n_rows) and type(pad) is int
+                and 0 <= pad < n_rows - 1 and cfg.get("position_embedding_type") in (None, "absolute")):
+            return pad + 1, f"{model_type} position ids start at padding_idx + 1 = {pad + 1}"
+    if cfg or not _is_pow2(n_rows - 2):
+        return 0, ""
+    # No config: a fairseq-style name (encoder and decoder alike) with 2 + 2^j rows is an OPT/BART table; a
+    # BERT-style name needs more, its padding row: nn.Embedding keeps row padding_idx = 1 at exactly zero.
+    if low.endswith(".embed_positions.weight"):
+        return 2, f"{n_rows} = 2 + {n_rows - 2}: OPT/BART-style table"
+    if low.endswith(".position_embeddings.weight") and store is not None:
+        label = f"{show_path(name)} in {src}"
+        check_tensor_bytes(store.shapes[name], label)
+        padding_row, first = _read_rows(store, name, label, 1, 3)
+        if not padding_row.any() and first.any():
+            return 2, f"{n_rows} = 2 + {n_rows - 2} and row 1, the padding row, is all zeros: RoBERTa-style table"
+    return 0, ""
+
+
+def _patch_rows(n_rows: int, cfg: dict) -> tuple[int, int, int] | None:
+    """(k, gh, gw) when the table is k = 1 or 2 CLS-like rows then a gh x gw patch grid: the config's grid
+    (image_size / patch_size), else a square one; None when it is all patches."""
+    grid = _patch_grid(cfg)
+    if grid and grid[0] * grid[1] == n_rows:
+        return None
+    for k in (1, 2):
+        if grid and grid[0] * grid[1] == n_rows - k:
+            return k, *grid
+    for k in (1, 2):  # no grid in the config (or a stale one): a square grid, unless the table itself is one
+        s = math.isqrt(max(n_rows - k, 0))
+        if s >= 2 and s * s == n_rows - k and not _is_square(n_rows):
+            return k, s, s
+    return None
+
+
+def _patch_grid(cfg: dict) -> tuple[int, int] | None:
+    """(rows, cols) of image patches from a config's image_size and patch_size (ints or [h, w] pairs)."""
+    img, patch = _pair(cfg.get("image_size")), _pair(cfg.get("patch_size"))
+    if img and patch and img[0] >= patch[0] and img[1] >= patch[1]:
+        return img[0] // patch[0], img[1] // patch[1]
+    return None
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    value = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    return (value[0], value[1]) if len(value) == 2 and all(type(v) is int and v > 0 for v in value) else None
+
+
+def _vit_like(name: str, cfg: dict) -> bool:
+    if str(cfg.get("model_type", "")).lower() in _VIT_TYPES:
         return True
-    archs = config.get("architectures") or []
+    archs = cfg.get("architectures") or []
     archs = " ".join(map(str, archs)) if isinstance(archs, (list, tuple)) else str(archs)
     return bool(_VIT_NAME.search(name) or re.search(r"vit|deit|beit|dino", archs, re.IGNORECASE))
+
+
+def _cls_beside(store: _Store, name: str) -> bool:
+    """Whether the table's own module holds a CLS (or distillation) token of the table's width: the table
+    then has that token's row on top (HF ViT/DeiT ``embeddings.cls_token``, timm ``cls_token``, CLIP
+    ``class_embedding``). A token of another module (a multimodal model's other tower) is no evidence."""
+    parent, width = _parent(name), store.shapes[name][-1:]
+    return any(_parent(n) == parent and n.rsplit(".", 1)[-1] in _CLS_NAMES and math.prod(s) == math.prod(width) > 0
+               for n, s in store.shapes.items())
+
+
+def _parent(name: str) -> str:
+    """The module that holds a tensor: ``embeddings`` for ``embeddings.position_embedding.weight``."""
+    return name.removesuffix(".weight").rpartition(".")[0]
+
+
+def _sub_config(name: str, config: dict | None) -> dict:
+    """The config that describes tensor ``name``: in a composite model the part's own (a vision-encoder-decoder's
+    ``encoder`` for ``encoder.*``, CLIP's ``vision_config`` for ``vision_model.*``), else the config itself."""
+    config = config or {}
+    head = name.split(".", 1)[0]
+    for key in (head, f"{head}_config", head.removesuffix("_model") + "_config"):
+        if isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
+# Evidence that a model encodes positions without an absolute table, consulted only when no table is found (some
+# configs carry rope_theta beside an absolute table, ESM's): config keys, position_embedding_type, model types
+# and tensor names.
+_ROTARY, _RELATIVE, _ALIBI = "rotary position embeddings", "relative position biases", "ALiBi attention biases"
+_NO_TABLE_KEYS = {"alibi": _ALIBI, "rotary_dim": _ROTARY, "rope_theta": _ROTARY, "rope_scaling": _ROTARY,
+                  "rope_parameters": _ROTARY, "rotary_pct": _ROTARY, "rotary_emb_base": _ROTARY,
+                  "relative_attention_num_buckets": _RELATIVE, "use_relative_position_bias": _RELATIVE,
+                  "use_shared_relative_position_bias": _RELATIVE, "relative_attention": _RELATIVE}
+_NO_TABLE_PE_TYPES = {"rotary": _ROTARY, "relative_key": _RELATIVE, "relative_key_query": _RELATIVE, "alibi": _ALIBI}
+_NO_TABLE_MODEL_TYPES = {
+    **dict.fromkeys(("llama", "mistral", "mixtral", "gpt_neox", "gptj", "codegen", "qwen2", "qwen3", "gemma",
+                     "gemma2", "phi", "phi3", "roformer"), _ROTARY),
+    **dict.fromkeys(("t5", "mt5", "umt5", "longt5", "swin", "swinv2", "deberta-v2"), _RELATIVE),
+    **dict.fromkeys(("bloom", "mpt"), _ALIBI),
+}
+_NO_TABLE_NAME = re.compile(r"(rotary_emb|inv_freq)|relative_position_bias|relative_attention_bias|rel_embeddings",
+                            re.IGNORECASE)
+
+
+def _no_table_reason(store: _Store, config: dict | None) -> str:
+    """``KIND, from EVIDENCE`` when the config or the tensor names show how the model encodes positions without
+    an absolute table (rotary, relative, ALiBi); '' when nothing says so."""
+    found: dict[str, list[str]] = {}
+    for cfg in [config or {}] + [v for v in (config or {}).values() if isinstance(v, dict) and "model_type" in v]:
+        for key, kind in _NO_TABLE_KEYS.items():
+            if cfg.get(key) not in (None, False):
+                found.setdefault(kind, []).append(f"config {key}")
+        pe_type = str(cfg.get("position_embedding_type", "")).lower()
+        if pe_type in _NO_TABLE_PE_TYPES:
+            found.setdefault(_NO_TABLE_PE_TYPES[pe_type], []).append(f"config position_embedding_type {pe_type}")
+        for key in ("use_absolute_embeddings", "use_absolute_position_embeddings"):
+            if cfg.get(key) is False:
+                found.setdefault(_RELATIVE, []).append(f"config {key} false")
+        model_type = str(cfg.get("model_type", "")).lower()
+        if model_type in _NO_TABLE_MODEL_TYPES:
+            found.setdefault(_NO_TABLE_MODEL_TYPES[model_type], []).append(f"model_type {model_type}")
+    for n in store.shapes:
+        if m := _NO_TABLE_NAME.search(n):
+            found.setdefault(_ROTARY if m.group(1) else _RELATIVE, []).append(f"tensor {show_path(n)}")
+    if not found:
+        return ""
+    kind, evidence = next(iter(found.items()))
+    return f"{kind}, from {', '.join(list(dict.fromkeys(evidence))[:3])}"
 
 
 def _parse_positions(positions: str | tuple, n: int) -> tuple[int, int]:
