@@ -52,14 +52,16 @@ def builtin_table(spec: str, seed: int = 0) -> tuple[np.ndarray, GroundTruth | N
 
 def _resolve_ground_truth(loaded_gt: GroundTruth | None, ground_truth, n_rows: int,
                           positions: tuple[int, int] | None, full_rows: int,
-                          loaded_error: str | None = None) -> GroundTruth:
+                          loaded_error: str | None = None, grid_hint: str | None = None) -> GroundTruth:
     """The ground truth to analyse against: ``ground_truth`` if given (sliced like the table), else the
-    source's own; a source's own that could not be read (``loaded_error``) is an error only here, when needed."""
+    source's own; a source's own that could not be read (``loaded_error``) is an error only here, when needed.
+    ``grid_hint`` (``grid:HxW``, from a ViT-like table) leads the suggestions when there is none."""
     if ground_truth is None:
         if loaded_error:
             raise InputError(loaded_error)
         if loaded_gt is None:
-            raise InputError("no ground truth: pass --ground-truth (a .npy/.csv/.txt of N x k coordinates, "
+            lead = f"{grid_hint} for this table's image patches, or " if grid_hint else ""
+            raise InputError(f"no ground truth: pass --ground-truth ({lead}a .npy/.csv/.txt of N x k coordinates, "
                              f"or line:{n_rows}, grid:HxW, grid:HxWxD)")
         return loaded_gt
     gt = as_ground_truth(ground_truth)
@@ -116,7 +118,7 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
     if loaded.positions is None:
         _refuse_counting_dropped_rows(ground_truth, len(loaded.table), loaded.extra_tokens, drop_extra_tokens)
     gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows,
-                               loaded.ground_truth_error)
+                               loaded.ground_truth_error, loaded.grid_hint)
     prov = loaded.provenance()
     prov["config"] = loaded.config
     prov["checkpoint_metrics"] = loaded.checkpoint_metrics

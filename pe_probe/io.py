@@ -102,6 +102,7 @@ class LoadedTable:
     checkpoint_metrics: dict | None = None
     step: int | None = None
     notes: list[str] = field(default_factory=list)
+    grid_hint: str | None = None  # "grid:HxW" when the rows look like an image's patch grid (a ViT table)
 
     def provenance(self) -> dict[str, Any]:
         """The JSON-able facts a report needs to say exactly which numbers were analysed."""
@@ -299,7 +300,20 @@ def load_table(
         extra_tokens=extra, positions=span, row_centred=centred, ground_truth=gt,
         ground_truth_error=meta["ground_truth_error"], config=meta["config"],
         checkpoint_metrics=meta["metrics"], step=meta["step"], notes=notes,
+        grid_hint=None if span else _grid_hint(chosen[0], n_rows - extra, meta["config"], store),
     )
+
+
+def _grid_hint(name: str, n_rows: int, config: dict | None, store: _Store) -> str | None:
+    """``grid:HxW`` for a ViT-like table of n_rows patches: the config's patch grid, else a square one."""
+    cfg = _sub_config(name, config)
+    if not (_vit_like(name, cfg) or _cls_beside(store, name)):
+        return None
+    grid = _patch_grid(cfg)
+    if not (grid and grid[0] * grid[1] == n_rows):
+        s = math.isqrt(n_rows)
+        grid = (s, s) if s >= 2 and s * s == n_rows else None
+    return f"grid:{grid[0]}x{grid[1]}" if grid else None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -225,3 +225,23 @@ def test_esm_rope_theta_does_not_hide_its_absolute_table(tmp_path, rng) -> None:
               "max_position_embeddings": 66, "pad_token_id": 1}
     lt = load_table(_folder(tmp_path, config, {"embeddings.position_embeddings.weight": _t(rng, 66, D)}))
     assert lt.param == "embeddings.position_embeddings.weight"
+
+
+# ----------------------------------------------------------------- which ground truth to suggest
+
+
+def test_a_vit_table_without_ground_truth_suggests_its_patch_grid(tmp_path, rng) -> None:
+    """The tool said 'line:64' for a ViT, though its own note said '8x12 patches'."""
+    from pe_probe.api import analyze_source
+
+    config = {"model_type": "vit", "image_size": [32, 48], "patch_size": 4, "hidden_size": D}
+    folder = _folder(tmp_path, config, _vit(rng, 97))
+    assert load_table(folder).grid_hint == "grid:8x12"
+    with pytest.raises(InputError, match="pass --ground-truth \\(grid:8x12 for this table's image patches, or "):
+        analyze_source(folder)
+    assert load_table(_loose(tmp_path, _vit(rng, 65), "vit.safetensors")).grid_hint == "grid:8x8"  # square, no config
+    assert load_table(folder, positions="0:48").grid_hint is None  # a slice is no longer the image
+    gpt = _loose(tmp_path, {"transformer.wpe.weight": _t(rng, 64, D)}, "gpt2.safetensors")
+    assert load_table(gpt).grid_hint is None
+    with pytest.raises(InputError, match=r"no ground truth: pass --ground-truth \(a \.npy"):
+        analyze_source(gpt)
