@@ -212,7 +212,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
 
                 res.metrics.update(causal_mask_baseline(table, res.coords, pe_metric=res.pe_metric,
                                                         n_boot=analyze_kwargs.get("n_boot", 1000),
-                                                        seed=analyze_kwargs.get("seed", 0)))
+                                                        seed=analyze_kwargs.get("seed", 0), window=info.get("window")))
         if info.get("attention_similarity") is not None:
             res.metrics["attention_similarity"] = info["attention_similarity"]
         results.append(res)

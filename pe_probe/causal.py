@@ -17,26 +17,29 @@ from . import stats
 from .analysis import rsa_distances
 
 
-def mask_only_kernel(n: int) -> np.ndarray:
-    """The (n, n) causal kernel of a table without positional information: row i uniform over j <= i."""
+def mask_only_kernel(n: int, window: int | None = None) -> np.ndarray:
+    """The (n, n) causal kernel of a table without positional information: row i uniform over j <= i (over
+    i - window < j <= i for a local layer)."""
     mask = np.tril(np.ones((n, n)))
+    if window:
+        mask -= np.tril(mask, k=-window)
     return mask / mask.sum(axis=1, keepdims=True)
 
 
 def causal_mask_baseline(kernel: np.ndarray, coords: np.ndarray, *, pe_metric: str = "euclidean",
-                         n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+                         n_boot: int = 1000, seed: int = 0, window: int | None = None) -> dict[str, float]:
     """RSA and kernel-distance correlation of the mask-only kernel, and the kernel's RSA excess over it.
 
     Keys: ``causal_mask_rsa`` (Spearman RSA of the mask-only kernel's rows against ``coords``, as `analyze`
     computes it), ``causal_mask_kernel_rho`` (its `kernel_distance_correlation`), ``causal_excess_rsa``
     (the kernel's RSA minus the mask's) and its 95% percentile bootstrap interval ``causal_excess_ci_low`` /
-    ``_high`` (NaN with ``n_boot`` 0).
+    ``_high`` (NaN with ``n_boot`` 0). ``window``: a local attention layer's (`mask_only_kernel`).
     """
     from .views import kernel_distance_correlation
 
     kernel = np.asarray(kernel, dtype=np.float64)
     coords = np.asarray(coords, dtype=np.float64).reshape(len(kernel), -1)
-    mask = mask_only_kernel(len(kernel))
+    mask = mask_only_kernel(len(kernel), window)
     gt = rsa_distances(dist.square_distances(coords, "euclidean"), "euclidean")
     rsa, boots = {}, {}
     for name, table in (("kernel", kernel), ("mask", mask)):

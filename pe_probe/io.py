@@ -394,6 +394,11 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
         else:
             continue
         meta["sha256"] = sha256_file(*files)
+        others = [f.name for f in folder.iterdir() if _HF_WEIGHTS.fullmatch(f.name) and f not in files]
+        if others:  # which weights were read is otherwise visible only through the sha256
+            meta["notes"].append(f"read {show_path(files[0].name)}{' and its shards' if len(files) > 1 else ''}; "
+                                 f"{', '.join(show_path(o) for o in sorted(others)[:3])} beside it not read "
+                                 f"(safetensors first, as transformers)")
         if files[0].suffix == ".safetensors":
             stores = [_open_safetensors([f]) for f in files]
         else:

@@ -10,9 +10,10 @@ W_Q and W_K. So the analyses can run on these "views" instead of the raw table:
     passed through the layer norm in front of attention (when the architecture has one there), then
     projected by W_Q / W_K with their biases. ``qk`` is [Q, K] concatenated per position.
 ``kernel``
-    The positional attention kernel A = softmax((x W_Q)(x W_K)^T / sqrt(d_head)) per head, averaged
-    over heads: (N, N), rows sum to 1. Row i, position i's attention profile, is its "table" row.
-    `kernel_distance_correlation` scores whether it attends to near positions.
+    The positional attention kernel A = softmax((x W_Q)(x W_K)^T / sqrt(d_head)) per head (GPT-Neo:
+    unscaled; causal models: masked to j <= i), averaged over heads: (N, N), rows sum to 1. Row i,
+    position i's attention profile, is its "table" row. `kernel_distance_correlation` scores whether it
+    attends to near positions.
 
 Architectures (anything else gets the raw view only, and an InputError for the others):
 
@@ -25,25 +26,37 @@ Architectures (anything else gets the raw view only, and an InputError for the o
   gets no PE (see `trainers.pe.AdditivePE`): the views cover the N grid rows; the kernel is the
   attention among grid positions (renormalised), and at layer 0, where the CLS input is known
   (the ``cls`` parameter), ``info["cls_attention_mass"]`` says how much of it went to CLS.
-* **BERT-style** (Hugging Face): ``[prefix.]embeddings.position_embeddings.weight`` + row 0 of
-  ``embeddings.token_type_embeddings.weight``, then ``embeddings.LayerNorm``, then
-  ``encoder.layer.0.attention.self.query`` / ``.key``; heads from config ``num_attention_heads``.
-  No word embedding is added (the token part is left out). RoBERTa-style offset rows are dropped
-  before the projections, as `load_table` drops them.
-* **GPT-2-style** (Hugging Face): ``[transformer.]wpe.weight``, ``h.0.ln_1``, then ``h.0.attn.c_attn``
-  (a Conv1D: x @ W + b, columns [q | k | v]); heads from ``n_head``. GPT-2 attends causally, so its
-  kernel is causal (``info["causal"]``): position i attends to positions <= i only.
+* **BERT-style** (Hugging Face; config ``model_type`` bert, roberta, xlm-roberta, camembert, electra,
+  albert, distilbert, or none): ``[prefix.]embeddings.position_embeddings.weight`` + row 0 of
+  ``embeddings.token_type_embeddings.weight`` (DistilBERT has none), then ``embeddings.LayerNorm``, then
+  the first attention layer's query / key Linears: ``encoder.layer.0.attention.self.query`` / ``.key``
+  (ALBERT ``encoder.albert_layer_groups.0.albert_layers.0.attention.query`` / ``.key``, DistilBERT
+  ``transformer.layer.0.attention.q_lin`` / ``.k_lin``); heads from config ``num_attention_heads``
+  (DistilBERT ``n_heads``). Factorised embeddings (embedding width < hidden width) pass a Linear
+  between the LayerNorm and attention: ELECTRA ``embeddings_project``, ALBERT
+  ``encoder.embedding_hidden_mapping_in``; the views fold it into W_Q / W_K. No word embedding is added
+  (the token part is left out). RoBERTa-style offset rows are dropped before the projections, as
+  `load_table` drops them.
+* **GPT-2-style** (Hugging Face; ``model_type`` gpt2, gpt_neo, or none): ``[transformer.]wpe.weight``,
+  ``h.0.ln_1``, then GPT-2's ``h.0.attn.c_attn`` (a Conv1D: x @ W + b, columns [q | k | v]; heads from
+  ``n_head``) or GPT-Neo's ``h.0.attn.attention.q_proj`` / ``k_proj`` (Linears without bias; heads from
+  ``num_heads``; logits NOT scaled by 1/sqrt(d_head), as GPT-Neo does not scale them; a ``"local"``
+  first layer in ``attention_layers`` sees only the last ``window_size`` positions). Both attend
+  causally, so the kernel is causal (``info["causal"]``): position i attends to positions <= i only.
+
+Another model type is refused with its name; which tensors each family reads is listed in the README
+(``--view``).
 
 Every ``info`` dict is JSON-able. Keys for all views: ``view``; ``architecture`` ("pe-probe",
-"bert", "gpt2"; None for raw); ``param`` (table name); ``layer`` (index, ``"mean"``, or None for a
-single table); ``block`` (index of the attention layer that reads the table; None for raw);
-``head`` (None: all heads, concatenated for q/k/qk and averaged for kernel); ``n_heads``; ``d_head``;
-``input`` (what goes into the projections, in words); ``tensors`` (names of the tensors used);
-``extra_tokens``; ``positions`` ([A, B] or None); ``notes``. With layer "mean", ``param``, ``block``
-and ``input`` are lists over the averaged layers. Kernel adds ``scale``, ``causal``,
-``self_attention`` (mean diagonal), ``cls_attention_mass`` (float or None) and
-``kernel_distance_rho`` (against the source's own ground truth when it has one of matching size,
-else None).
+"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo"; None for raw); ``param``
+(table name); ``layer`` (index, ``"mean"``, or None for a single table); ``block`` (index of the
+attention layer that reads the table; None for raw); ``head`` (None: all heads, concatenated for q/k/qk
+and averaged for kernel); ``n_heads``; ``d_head``; ``input`` (what goes into the projections, in
+words); ``tensors`` (names of the tensors used); ``extra_tokens``; ``positions`` ([A, B] or None);
+``notes``. With layer "mean", ``param``, ``block`` and ``input`` are lists over the averaged layers.
+Kernel adds ``scale``, ``causal``, ``window`` (a local layer's window, else None), ``self_attention`` (mean diagonal), ``cls_attention_mass`` (float or
+None) and ``kernel_distance_rho`` (against the source's own ground truth when it has one of matching
+size, else None).
 """
 
 from __future__ import annotations
@@ -52,12 +65,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from pe_probe.distances import merge_near_ties, pairwise
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, show_path
 from pe_probe.io import (
     _as_table,
     _choose_layer,
@@ -74,13 +87,38 @@ VIEWS = ("raw", "qk", "q", "k", "kernel")
 _OURS_TABLE = re.compile(r"^(?:pe|blocks\.(\d+)\.pe)\.table$")
 _BERT_PE = "embeddings.position_embeddings.weight"
 _GPT2_PE = "wpe.weight"
-_EXPECTED = (
-    "pe-probe checkpoint (embed.bias, blocks.{i}.attn.qkv.weight/bias, config.model.n_heads/norm); "
-    "BERT-style (embeddings.position_embeddings.weight, embeddings.token_type_embeddings.weight, "
-    "embeddings.LayerNorm.weight/bias, encoder.layer.0.attention.self.query/key.weight/bias, config "
-    "num_attention_heads); GPT-2-style (wpe.weight, h.0.ln_1.weight/bias, h.0.attn.c_attn.weight/bias, "
-    "config n_head)"
-)
+_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style (incl. ELECTRA, ALBERT, DistilBERT) and GPT-2-style "
+              "(incl. GPT-Neo) models (tensors: README, --view)")
+
+
+class _HF(NamedTuple):
+    """Where a Hugging Face family keeps what reads its table, after the model prefix: the config model types,
+    the first attention layer's query and key modules (GPT-2: the fused c_attn, key None), the Linear between the
+    embeddings and attention when the embeddings are narrower (None: never), the config key of the head count."""
+
+    types: tuple[str, ...]
+    q: str
+    k: str | None
+    proj: str | None
+    heads: str
+
+
+_BERT_STYLE = {
+    "bert": _HF(("bert", "roberta", "xlm-roberta", "camembert", "electra"), "encoder.layer.0.attention.self.query",
+                "encoder.layer.0.attention.self.key", "embeddings_project", "num_attention_heads"),
+    "albert": _HF(("albert",), "encoder.albert_layer_groups.0.albert_layers.0.attention.query",
+                  "encoder.albert_layer_groups.0.albert_layers.0.attention.key", "encoder.embedding_hidden_mapping_in",
+                  "num_attention_heads"),
+    "distilbert": _HF(("distilbert",), "transformer.layer.0.attention.q_lin", "transformer.layer.0.attention.k_lin",
+                      None, "n_heads"),
+}
+_GPT2_STYLE = {
+    "gpt2": _HF(("gpt2",), "h.0.attn.c_attn", None, None, "n_head"),
+    "gpt_neo": _HF(("gpt_neo",), "h.0.attn.attention.q_proj", "h.0.attn.attention.k_proj", None, "num_heads"),
+}
+# a first-layer query/key weight of any model, to name what reads the table in an unsupported one
+_FIRST_QK = re.compile(r"(?:^|\.)0\.(?:.*\.)?(?:q|k|query|key|qkv|wqkv|c_attn|query_key_value|in_proj"
+                       r"|[qk]_(?:proj|lin))[._]weight$", re.IGNORECASE)
 
 View = tuple[str, np.ndarray, dict[str, Any]]
 
@@ -218,6 +256,7 @@ class _Reader:
     wk: np.ndarray
     bk: np.ndarray
     causal: bool = False
+    window: int | None = None  # causal and local: i attends to i - window < j <= i only
     scale: float | None = None  # None: 1 / sqrt(d_head)
     extra: np.ndarray | None = None
     input: str = ""
@@ -250,8 +289,10 @@ class _Reader:
         scale = 1.0 / math.sqrt(dh) if self.scale is None else self.scale
         logits = qh @ kh.transpose(0, 2, 1) * scale  # (h, N, m + N)
         if self.causal:
-            later = np.triu(np.ones((n, n), dtype=bool), k=1)
-            logits[:, :, m:][:, later] = -np.inf
+            hidden = np.triu(np.ones((n, n), dtype=bool), k=1)
+            if self.window:
+                hidden |= np.tril(np.ones((n, n), dtype=bool), k=-self.window)
+            logits[:, :, m:][:, hidden] = -np.inf
         w = _softmax(logits)
         grid = w[:, :, m:]
         mass = None
@@ -261,15 +302,18 @@ class _Reader:
         return grid, mass
 
 
-def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, view: str) -> _Reader:
-    if _OURS_TABLE.match(name) and "embed.bias" in state and "blocks.0.attn.qkv.weight" in state:
+def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+    if _OURS_TABLE.match(name) and (meta.get("source_kind") == "pe-probe-checkpoint"
+                                    or "embed.bias" in state and "blocks.0.attn.qkv.weight" in state):
         return _ours(state, meta, name)
     if name.endswith(_BERT_PE):
         return _bert(state, meta, name)
     if name == _GPT2_PE or name.endswith("." + _GPT2_PE):
         return _gpt2(state, meta, name)
-    raise InputError(f"the {view} view needs the attention weights that read {name}, and this architecture is not "
-                     f"recognised; available view: raw; expected one of: {_EXPECTED}")
+    model_type = (meta.get("config") or {}).get("model_type")
+    known = any(model_type in hf.types for hf in (*_BERT_STYLE.values(), *_GPT2_STYLE.values()))
+    raise _unsupported(_kind(model_type) if model_type is not None and not known
+                       else f"{show_path(name)} is none of their PE tables")
 
 
 def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
@@ -279,7 +323,7 @@ def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
                          f"views need a pe-probe checkpoint with its config; available view: raw")
     block = int(_OURS_TABLE.match(name).group(1) or 0)
     p = f"blocks.{block}."
-    need = [p + "attn.qkv.weight", p + "attn.qkv.bias"]
+    need = (["embed.bias"] if block == 0 else []) + [p + "attn.qkv.weight", p + "attn.qkv.bias"]
     pre = model.get("norm", "post") == "pre"
     if pre:
         need += [p + "ln1.weight", p + "ln1.bias"]
@@ -294,7 +338,6 @@ def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
     tensors = list(need)
     if block == 0:
         offset, what = _f64(state["embed.bias"]), "embed.bias + P"
-        tensors.insert(0, "embed.bias")
     notes = []
     if block > 0:
         notes.append(f"block {block} also reads the previous layers' output (puzzle-dependent); this view uses "
@@ -319,12 +362,13 @@ def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
 
 def _bert(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_BERT_PE)]
-    emb, att = pre + "embeddings.", pre + "encoder.layer.0.attention.self."
-    need = [emb + "LayerNorm.weight", emb + "LayerNorm.bias"] + [att + f"{m}.{t}" for m in ("query", "key")
-                                                                  for t in ("weight", "bias")]
+    emb = pre + "embeddings."
+    arch, hf = _layout(state, meta, pre, _BERT_STYLE)
+    q, k = pre + hf.q, pre + hf.k
+    need = [emb + "LayerNorm.weight", emb + "LayerNorm.bias"] + [f"{m}.{t}" for m in (q, k) for t in ("weight", "bias")]
     _require(state, need, name)
     config = meta.get("config") or {}
-    heads = _heads(config, ("num_attention_heads",), name)
+    heads = _heads(config, (hf.heads,), name)
     notes = []
     offset, what = None, "P"
     tt = emb + "token_type_embeddings.weight"
@@ -336,31 +380,67 @@ def _bert(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
     notes.append("no word embedding added: the view is of positions alone")
     eps = float(config.get("layer_norm_eps", 1e-12))
     ln = (_f64(state[emb + "LayerNorm.weight"]), _f64(state[emb + "LayerNorm.bias"]), eps)
-    return _Reader(
-        "bert", 0, heads, offset, ln,
-        _f64(state[att + "query.weight"]).T, _f64(state[att + "query.bias"]),
-        _f64(state[att + "key.weight"]).T, _f64(state[att + "key.bias"]),
-        input=f"{what} -> {emb}LayerNorm -> {att}query/key", tensors=need, notes=notes,
-    )
+    (wq, bq), (wk, bk) = _linear(state, q), _linear(state, k)
+    path = f"{emb}LayerNorm"
+    proj = pre + hf.proj if hf.proj else None
+    if proj and (proj + ".weight" in state or ln[0].shape[0] != wq.shape[0]):  # factorised: LayerNorm -> proj -> q/k
+        _require(state, [proj + ".weight", proj + ".bias"], name)
+        wp, bp = _linear(state, proj)
+        wq, bq, wk, bk = wp @ wq, bp @ wq + bq, wp @ wk, bp @ wk + bk  # (x W_p + b_p) W + b, folded
+        need += [proj + ".weight", proj + ".bias"]
+        path += f" -> {proj}"
+    return _Reader(arch, 0, heads, offset, ln, wq, bq, wk, bk,
+                   input=f"{what} -> {path} -> {q}/{hf.k.rsplit('.', 1)[1]}", tensors=need, notes=notes)
 
 
 def _gpt2(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_GPT2_PE)]
     blk = pre + "h.0."
-    need = [blk + "ln_1.weight", blk + "ln_1.bias", blk + "attn.c_attn.weight", blk + "attn.c_attn.bias"]
+    arch, hf = _layout(state, meta, pre, _GPT2_STYLE)
+    q = pre + hf.q
+    attn = [q + ".weight", q + ".bias"] if hf.k is None else [q + ".weight", pre + hf.k + ".weight"]
+    need = [blk + "ln_1.weight", blk + "ln_1.bias"] + attn
     _require(state, need, name)
     config = meta.get("config") or {}
-    heads = _heads(config, ("n_head", "num_attention_heads"), name)
-    w, b = _f64(state[blk + "attn.c_attn.weight"]), _f64(state[blk + "attn.c_attn.bias"])  # Conv1D: (d, 3d)
-    d = w.shape[0]
+    heads = _heads(config, (hf.heads, "num_attention_heads"), name)
     eps = float(config.get("layer_norm_epsilon", 1e-5))
     ln = (_f64(state[blk + "ln_1.weight"]), _f64(state[blk + "ln_1.bias"]), eps)
-    scale = None if config.get("scale_attn_weights", True) else 1.0
-    return _Reader(
-        "gpt2", 0, heads, None, ln, w[:, :d], b[:d], w[:, d : 2 * d], b[d : 2 * d], causal=True, scale=scale,
-        input=f"P -> {blk}ln_1 -> {blk}attn.c_attn", tensors=need,
-        notes=["no token embedding added: the view is of positions alone", "causal attention: i attends to j <= i"],
-    )
+    notes = ["no token embedding added: the view is of positions alone", "causal attention: i attends to j <= i"]
+    window = None
+    if hf.k is None:  # GPT-2's c_attn, a Conv1D: x @ W + b, W (d, 3d), columns [q | k | v]
+        w, b = _f64(state[q + ".weight"]), _f64(state[q + ".bias"])
+        d = w.shape[0]
+        wq, bq, wk, bk = w[:, :d], b[:d], w[:, d : 2 * d], b[d : 2 * d]
+        scale = None if config.get("scale_attn_weights", True) else 1.0
+    else:  # GPT-Neo: bias-free Linears, and q k^T is not scaled (GPTNeoSelfAttention._attn)
+        wq, wk = _f64(state[q + ".weight"]).T, _f64(state[pre + hf.k + ".weight"]).T
+        bq = bk = np.zeros(wq.shape[1])
+        scale = 1.0
+        kinds = config.get("attention_layers")
+        if isinstance(kinds, list) and kinds and kinds[0] == "local":
+            window = config.get("window_size", 256)  # GPTNeoConfig's default
+            if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+                raise InputError(f"{name}: config.json window_size {window!r} is not a positive integer; fix it, or "
+                                 f"use --view raw")
+            notes.append(f"local attention: i attends to the {window} positions i - {window} < j <= i")
+    return _Reader(arch, 0, heads, None, ln, wq, bq, wk, bk, causal=True, window=window, scale=scale,
+                   input=f"P -> {blk}ln_1 -> {q}" + ("" if hf.k is None else f"/{hf.k.rsplit('.', 1)[1]}"),
+                   tensors=need, notes=notes)
+
+
+def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,
+            layouts: dict[str, _HF]) -> tuple[str, _HF]:
+    """The family layout of this model: by its config's model_type, else by which query tensor it has. A given model
+    type decides, since another architecture may use the same names for other maps (ESM: a LayerNorm before them)."""
+    model_type = (meta.get("config") or {}).get("model_type")
+    for arch, hf in layouts.items():
+        if model_type in hf.types if model_type is not None else pre + hf.q + ".weight" in state:
+            return arch, hf
+    found = [show_path(n[: -len(".weight")]) for n in state if _FIRST_QK.search(n)]
+    if model_type is None and not found:  # nothing reads the table: _require will say what is missing
+        return next(iter(layouts.items()))
+    reads = f" (its attention reads the table through {found[0]}{', ...' if len(found) > 1 else ''})" if found else ""
+    raise _unsupported((_kind(model_type) if model_type is not None else "this is another model") + reads)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -371,7 +451,8 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     """({head: (table, info)}, ground truth of the viewed rows or None) for one table; head None = all heads."""
     P = _as_table(store, name, name).astype(np.float64)
     gt = meta.get("ground_truth")
-    extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt, str(meta.get("source") or "source"))
+    extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt,
+                                str(meta.get("source") or "source"), store)
     notes = [note] if extra else []
     P = P[extra:]
     span, n_rows = None, P.shape[0]
@@ -388,7 +469,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     if view == "raw":
         return {None: (P, base)}, gt
 
-    r = _reader(state, meta, name, view)
+    r = _reader(state, meta, name)
     d = P.shape[1]
     if r.wq.shape[0] != d or (r.offset is not None and r.offset.shape[-1] != d):
         raise InputError(f"{name} has width {d} but the attention weights that read it expect {r.wq.shape[0]}; "
@@ -404,7 +485,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
         out = {}
         for h in heads:
             A = ker.mean(0) if h is None else ker[h]
-            info = dict(base, head=h, notes=list(base["notes"]), causal=r.causal, cls_attention_mass=mass,
+            info = dict(base, head=h, notes=list(base["notes"]), causal=r.causal, window=r.window, cls_attention_mass=mass,
                         scale=float(1.0 / math.sqrt(r.d_head) if r.scale is None else r.scale), **_kernel_stats(A, gt))
             out[h] = (A, info)
         return out, gt
@@ -436,11 +517,20 @@ def _label(name: str, view: str, head: int | None) -> str:
     return label if head is None else f"{label}:head{head}"
 
 
+def _unsupported(what: str) -> InputError:
+    return InputError(f"{_SUPPORTED}; {what}; use --view raw")
+
+
+def _kind(model_type: Any) -> str:
+    return f"this is model_type {show_path(str(model_type))[:40]}"
+
+
 def _require(state: Mapping[str, np.ndarray], names: list[str], param: str) -> None:
     missing = [n for n in names if n not in state]
     if missing:
-        raise InputError(f"{param}: the tensors that read it are missing ({', '.join(missing[:4])}); available "
-                         f"view: raw; expected one of: {_EXPECTED}")
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"{show_path(param)}: the tensors that read it are missing from the file "
+                         f"({', '.join(map(show_path, missing[:3]))}{more}); give the whole model, or use --view raw")
 
 
 def _heads(config: dict[str, Any], keys: tuple[str, ...], param: str) -> int:
@@ -453,6 +543,11 @@ def _heads(config: dict[str, Any], keys: tuple[str, ...], param: str) -> int:
 
 def _f64(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
+
+
+def _linear(state: Mapping[str, np.ndarray], module: str) -> tuple[np.ndarray, np.ndarray]:
+    """A torch Linear (weight (out, in)) as (W, b) with x @ W + b."""
+    return _f64(state[module + ".weight"]).T, _f64(state[module + ".bias"])
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:

@@ -96,3 +96,20 @@ def test_gpt2_kernel_of_a_table_without_positions_shows_no_pe_geometry(tmp_path,
     assert prov["view"]["kernel_distance_rho"] == m["kernel_distance_rho"]  # was null there
     assert prov["original_shape"] == [N, D] and "causal attention: i attends to j <= i" in prov["notes"]
     assert "No evidence that the PE adds geometry beyond the causal mask" in (out / "index.html").read_text()
+
+
+def test_a_local_layers_mask_only_kernel_is_uniform_over_its_window(rng):
+    M = mask_only_kernel(6, window=2)
+    np.testing.assert_allclose(M[4], [0, 0, 0, 0.5, 0.5, 0])
+    np.testing.assert_allclose(M[0], [1, 0, 0, 0, 0, 0])
+    # GPT-Neo's local first layer with a table without positions: the view's kernel is that mask
+    d = 8
+    state = {"transformer.wpe.weight": np.tile(rng.normal(size=d), (N, 1)), "transformer.h.0.ln_1.weight": np.ones(d),
+             "transformer.h.0.ln_1.bias": np.zeros(d),
+             **{f"transformer.h.0.attn.attention.{p}_proj.weight": rng.normal(size=(d, d)) for p in ("q", "k", "v")}}
+    meta = {"config": {"model_type": "gpt_neo", "num_heads": 2, "attention_layers": ["local"], "window_size": 4,
+                       "layer_norm_epsilon": 1e-5}}
+    _, A, info = view_tables(state, meta, "kernel")[0]
+    assert info["window"] == 4
+    np.testing.assert_allclose(A, mask_only_kernel(N, 4), atol=1e-12)
+    assert causal_mask_baseline(A, line(N).coords, n_boot=0, window=4)["causal_excess_rsa"] == pytest.approx(0, abs=1e-9)

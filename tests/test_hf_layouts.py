@@ -245,3 +245,12 @@ def test_a_vit_table_without_ground_truth_suggests_its_patch_grid(tmp_path, rng)
     assert load_table(gpt).grid_hint is None
     with pytest.raises(InputError, match=r"no ground truth: pass --ground-truth \(a \.npy"):
         analyze_source(gpt)
+
+
+def test_a_folder_with_two_weight_formats_says_which_one_was_read(tmp_path, rng) -> None:
+    folder = _folder(tmp_path, {"model_type": "gpt2"}, {"transformer.wpe.weight": _t(rng, 16, D)})
+    assert not any("not read" in n for n in load_table(folder).notes)
+    torch.save({"transformer.wpe.weight": _t(rng, 16, D)}, folder / "pytorch_model.bin")  # a different model
+    lt = load_table(folder)
+    assert "read model.safetensors; pytorch_model.bin beside it not read (safetensors first, as transformers)" in lt.notes
+    assert lt.provenance()["notes"] == lt.notes

@@ -353,13 +353,13 @@ def test_raw_view_matches_load_table(tmp_path, rng):
     assert len(view_tables(state, {}, "raw", layer="all")) == 2
 
 
-def test_unknown_architecture_offers_raw_and_names_expected_tensors(rng):
+def test_unknown_architecture_offers_raw_and_names_the_supported_families(rng):
     state = {"encoder.pos_embed": rng.normal(size=(N, D)), "encoder.mixer.weight": rng.normal(size=(D, D))}
     for view in ("q", "k", "qk", "kernel"):
         with pytest.raises(InputError) as e:
             view_tables(state, {}, view)
         msg = str(e.value)
-        assert "\n" not in msg and "raw" in msg and "position_embeddings.weight" in msg and "c_attn" in msg
+        assert "\n" not in msg and "raw" in msg and "BERT-style" in msg and "GPT-2-style" in msg
     np.testing.assert_array_equal(one(view_tables(state, {}, "raw"))[1], state["encoder.pos_embed"])
     with pytest.raises(InputError, match="unknown view"):
         view_tables(state, {}, "values")
@@ -414,3 +414,183 @@ def test_a_2d_sinusoid_read_through_identity_maps_attends_to_near_cells():
     rng = np.random.default_rng(1)
     _, _, info_r = one(view_tables(bert_state(rng.normal(size=(N, D)) * 3), meta, "kernel"))
     assert info_r["kernel_distance_rho"] < info["kernel_distance_rho"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Factorised embeddings (ELECTRA, ALBERT), DistilBERT, GPT-Neo; messages for other architectures
+
+E, H = 4, 8  # factorised: embedding width E, hidden width H (2 heads of 4)
+
+
+def factorised_state(rng, q, k, proj):
+    """BERT-style embeddings of width E, a Linear ``proj`` (H, E) to width H, then query/key Linears ``q``/``k``."""
+    return {
+        "embeddings.position_embeddings.weight": rng.normal(size=(N, E)) * 2 + 0.5,
+        "embeddings.token_type_embeddings.weight": rng.normal(size=(2, E)),
+        "embeddings.word_embeddings.weight": np.ones((30, E)),
+        "embeddings.LayerNorm.weight": rng.normal(size=E),
+        "embeddings.LayerNorm.bias": rng.normal(size=E),
+        proj + ".weight": rng.normal(size=(H, E)),  # torch Linear: (out, in)
+        proj + ".bias": rng.normal(size=H),
+        q + ".weight": rng.normal(size=(H, H)),
+        q + ".bias": rng.normal(size=H),
+        k + ".weight": rng.normal(size=(H, H)),
+        k + ".bias": rng.normal(size=H),
+    }
+
+
+def two_head_kernel(q, k, scale, mask=None):
+    h = q.shape[1] // 2
+    out = []
+    for s in (slice(0, h), slice(h, 2 * h)):
+        logits = q[:, s] @ k[:, s].T * scale
+        out.append(softmax(logits if mask is None else np.where(mask, -np.inf, logits)))
+    return np.mean(out, 0)
+
+
+@pytest.mark.parametrize("model_type, q, k, proj", [
+    ("electra", "encoder.layer.0.attention.self.query", "encoder.layer.0.attention.self.key", "embeddings_project"),
+    ("albert", "encoder.albert_layer_groups.0.albert_layers.0.attention.query",
+     "encoder.albert_layer_groups.0.albert_layers.0.attention.key", "encoder.embedding_hidden_mapping_in"),
+])
+def test_factorised_embeddings_pass_the_projection_before_attention(rng, model_type, q, k, proj):
+    """ELECTRA/ALBERT: table width E, attention width H. It used to say 'pick the right table with --param'
+    (ELECTRA) or that the tensors were missing (ALBERT); x = LayerNorm(P + tt0) -> proj -> query/key."""
+    s = factorised_state(rng, q, k, proj)
+    meta = {"config": {"model_type": model_type, "num_attention_heads": 2, "layer_norm_eps": 1e-12}}
+    x = layer_norm(s["embeddings.position_embeddings.weight"] + s["embeddings.token_type_embeddings.weight"][0],
+                   s["embeddings.LayerNorm.weight"], s["embeddings.LayerNorm.bias"], 1e-12)
+    x = x @ s[proj + ".weight"].T + s[proj + ".bias"]
+    q_exp, k_exp = x @ s[q + ".weight"].T + s[q + ".bias"], x @ s[k + ".weight"].T + s[k + ".bias"]
+    _, qv, info = one(view_tables(s, meta, "q"))
+    np.testing.assert_allclose(qv, q_exp, atol=1e-9)
+    np.testing.assert_allclose(one(view_tables(s, meta, "k"))[1], k_exp, atol=1e-9)
+    assert info["d_head"] == H // 2 and proj in info["input"] and proj + ".weight" in info["tensors"]
+    assert info["architecture"] == ("albert" if model_type == "albert" else "bert")
+    _, A, kinfo = one(view_tables(s, meta, "kernel"))
+    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(H // 2)), atol=1e-9)
+    assert kinfo["causal"] is False
+
+
+def test_a_factorised_model_without_its_projection_names_it_missing(rng):
+    q, k = "encoder.layer.0.attention.self.query", "encoder.layer.0.attention.self.key"
+    s = factorised_state(rng, q, k, "embeddings_project")
+    del s["embeddings_project.weight"], s["embeddings_project.bias"]
+    with pytest.raises(InputError) as e:
+        view_tables(s, {"config": {"model_type": "electra", "num_attention_heads": 2}}, "q")
+    msg = str(e.value)
+    assert "missing" in msg and "embeddings_project.weight" in msg and "--param" not in msg and "raw" in msg
+
+
+def test_distilbert_reads_q_lin_k_lin_without_token_types(rng):
+    P = rng.normal(size=(N, D)) * 2 + 0.5
+    att = "distilbert.transformer.layer.0.attention."
+    s = {"distilbert.embeddings.position_embeddings.weight": P,
+         "distilbert.embeddings.word_embeddings.weight": np.ones((30, D)),
+         "distilbert.embeddings.LayerNorm.weight": rng.normal(size=D),
+         "distilbert.embeddings.LayerNorm.bias": rng.normal(size=D)}
+    for m in ("q_lin", "k_lin", "v_lin"):
+        s[att + m + ".weight"], s[att + m + ".bias"] = rng.normal(size=(D, D)), rng.normal(size=D)
+    meta = {"config": {"model_type": "distilbert", "n_heads": 2, "dim": D}}  # DistilBERT's LayerNorm eps: 1e-12
+    x = layer_norm(P, s["distilbert.embeddings.LayerNorm.weight"], s["distilbert.embeddings.LayerNorm.bias"], 1e-12)
+    q_exp = x @ s[att + "q_lin.weight"].T + s[att + "q_lin.bias"]
+    k_exp = x @ s[att + "k_lin.weight"].T + s[att + "k_lin.bias"]
+    _, qk, info = one(view_tables(s, meta, "qk"))
+    np.testing.assert_allclose(qk, np.hstack([q_exp, k_exp]), atol=1e-9)
+    assert info["architecture"] == "distilbert" and info["n_heads"] == 2
+    _, A, _ = one(view_tables(s, meta, "kernel"))
+    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2)), atol=1e-9)
+    # no config: the tensors say DistilBERT, the head count is what is missing
+    with pytest.raises(InputError, match="n_heads"):
+        view_tables(s, {"config": None}, "q")
+
+
+@pytest.mark.parametrize("first_layer, window", [("global", None), ("local", 3)])
+def test_gpt_neo_unscaled_causal_and_local_kernel(rng, first_layer, window):
+    """GPT-Neo: q_proj/k_proj without bias, q k^T NOT divided by sqrt(d_head), causal; a local first layer sees
+    only the last window_size positions."""
+    P = rng.normal(size=(N, D))
+    att = "transformer.h.0.attn.attention."
+    s = {"transformer.wpe.weight": P, "transformer.wte.weight": np.ones((50, D)),
+         "transformer.h.0.ln_1.weight": rng.normal(size=D), "transformer.h.0.ln_1.bias": rng.normal(size=D),
+         att + "q_proj.weight": rng.normal(size=(D, D)) / 2, att + "k_proj.weight": rng.normal(size=(D, D)) / 2,
+         att + "v_proj.weight": rng.normal(size=(D, D))}
+    meta = {"config": {"model_type": "gpt_neo", "num_heads": 2, "layer_norm_epsilon": 1e-5,
+                       "attention_layers": [first_layer, "global"], "window_size": 3}}
+    x = layer_norm(P, s["transformer.h.0.ln_1.weight"], s["transformer.h.0.ln_1.bias"], 1e-5)
+    q_exp, k_exp = x @ s[att + "q_proj.weight"].T, x @ s[att + "k_proj.weight"].T
+    _, q, info = one(view_tables(s, meta, "q"))
+    np.testing.assert_allclose(q, q_exp, atol=1e-9)
+    assert info["architecture"] == "gpt_neo"
+    i, j = np.indices((N, N))
+    mask = (j > i) if window is None else (j > i) | (j <= i - window)
+    _, A, kinfo = one(view_tables(s, meta, "kernel"))
+    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1.0, mask), atol=1e-9)
+    assert kinfo["scale"] == 1.0 and kinfo["causal"] is True and np.all(A[mask] == 0)
+    assert not np.allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2), mask), atol=1e-3)
+
+
+def esm_like_state(rng, prefix=""):
+    """BERT names, another architecture: ESM puts a LayerNorm before attention and has no embeddings.LayerNorm."""
+    att = prefix + "encoder.layer.0.attention."
+    return {prefix + "embeddings.position_embeddings.weight": rng.normal(size=(N, D)),
+            prefix + "embeddings.word_embeddings.weight": np.ones((30, D)),
+            att + "LayerNorm.weight": np.ones(D), att + "LayerNorm.bias": np.zeros(D),
+            att + "self.query.weight": np.eye(D), att + "self.query.bias": np.zeros(D),
+            att + "self.key.weight": np.eye(D), att + "self.key.bias": np.zeros(D)}
+
+
+def test_another_architecture_with_a_bert_or_gpt2_table_name_is_named_not_called_truncated(rng):
+    """ESM, MPNet, GPT-BigCode... reuse the table names: say which model it is, not that tensors are missing."""
+    s = esm_like_state(rng, "esm.")
+    meta = {"config": {"model_type": "esm", "num_attention_heads": 2}}
+    # as ESM is (it used to read as a truncated file), and with BERT's embeddings.LayerNorm (it used to be computed)
+    with_ln = dict(s, **{"esm.embeddings.LayerNorm.weight": np.ones(D), "esm.embeddings.LayerNorm.bias": np.zeros(D)})
+    for state in (s, with_ln):
+        with pytest.raises(InputError) as e:
+            view_tables(state, meta, "kernel")
+        msg = str(e.value)
+        assert "model_type esm" in msg and "esm.encoder.layer.0.attention.self.query" in msg
+        assert "missing" not in msg and "use --view raw" in msg and "BERT-style" in msg and "README" in msg
+        assert "\n" not in msg and len(msg) < 300
+    # no config: the layout alone (an MPNet-style attn.q) says it is another model
+    mpnet = {"embeddings.position_embeddings.weight": rng.normal(size=(N, D)),
+             "encoder.layer.0.attention.attn.q.weight": np.eye(D), "encoder.layer.0.attention.attn.k.weight": np.eye(D)}
+    with pytest.raises(InputError, match=r"another model \(its attention reads the table through encoder.layer.0"):
+        view_tables(mpnet, {}, "q")
+    gpt = {"transformer.wpe.weight": rng.normal(size=(N, D)), "transformer.h.0.attn.c_attn.weight": np.eye(D)}
+    with pytest.raises(InputError, match="model_type gpt_bigcode"):
+        view_tables(gpt, {"config": {"model_type": "gpt_bigcode", "n_head": 2}}, "q")
+
+
+def test_a_bert_model_with_tensors_missing_names_them_in_a_short_line(rng):
+    s = bert_state(normalised_rows(rng))
+    for n in [n for n in s if ".attention." in n]:
+        del s[n]
+    with pytest.raises(InputError) as e:
+        view_tables(s, bert_meta(1), "q")
+    msg = str(e.value)
+    assert "missing" in msg and "bert.encoder.layer.0.attention.self.query.weight" in msg and "1 more" in msg
+    assert "raw" in msg and "\n" not in msg and len(msg) < 300
+
+
+def test_unsupported_table_messages_are_short_and_point_to_the_readme(rng):
+    state = {"encoder.pos_embed": rng.normal(size=(N, D)), "encoder.mixer.weight": rng.normal(size=(D, D))}
+    with pytest.raises(InputError) as e:
+        view_tables(state, {}, "q")
+    assert len(str(e.value)) < 300 and "README" in str(e.value) and "encoder.pos_embed" in str(e.value)
+    with pytest.raises(InputError, match="model_type vit;") as e:
+        view_tables(state, {"config": {"model_type": "vit"}}, "kernel")
+    assert len(str(e.value)) < 300
+    # a supported model's other tensor: not 'this is model_type bert', which --view does read
+    with pytest.raises(InputError, match="bert.embeddings.word_embeddings.weight is none of their PE tables"):
+        view_tables(bert_state(normalised_rows(rng)), bert_meta(1), "q",
+                    pe_param="bert.embeddings.word_embeddings.weight")
+
+
+def test_a_pe_probe_checkpoint_with_a_tensor_missing_says_which_not_unrecognised(rng):
+    state = ours_state(rng)
+    del state["blocks.0.attn.qkv.weight"]
+    with pytest.raises(InputError) as e:
+        view_tables(state, ours_meta(state), "q")
+    assert "missing" in str(e.value) and "blocks.0.attn.qkv.weight" in str(e.value) and "BERT" not in str(e.value)
