@@ -293,6 +293,10 @@ def load_table(
     centred = _row_centred(table)
     if centred:
         notes.append("row-centred: every row has mean ~0 (e.g. a LayerNorm-ed or mean-subtracted table)")
+    if _offset_invariant(table):
+        notes.append("the rows' inner products depend only on the offset i - j (to 0.1%), as in a fixed sinusoidal "
+                     "encoding (Whisper's encoder, Marian): this table is, or is very close to, one that training "
+                     "did not shape")
     return LoadedTable(
         table=table, source=src, sha256=meta["sha256"], source_kind=meta["source_kind"],
         param=None if meta["raw"] else (chosen if layer_out == "mean" else chosen[0]),
@@ -1030,6 +1034,20 @@ def _parse_positions(positions: str | tuple, n: int) -> tuple[int, int]:
     if stop <= start:
         raise InputError(f"--positions {_fmt_span(a, b)} selects no rows of the {n}-row table; {usage}")
     return start, stop
+
+
+def _offset_invariant(table: np.ndarray, rtol: float = 1e-3, max_rows: int = 4096) -> bool:
+    """Whether the Gram matrix T T^T is Toeplitz (each diagonal constant to ``rtol`` of its largest entry): the mark
+    of a 1-D sinusoidal encoding whatever its column order or frequencies, and of no learned table. Checked up to
+    ``max_rows`` rows (the Gram matrix is N x N)."""
+    n = len(table)
+    if not 8 <= n <= max_rows:
+        return False
+    gram = table @ table.T
+    scale = float(np.max(np.abs(gram)))
+    if scale == 0 or np.ptp(gram) <= rtol * scale:  # constant: no geometry at all, refused by the analysis anyway
+        return False
+    return all(np.ptp(np.diagonal(gram, k)) <= rtol * scale for k in range(n - 1))
 
 
 def _row_centred(table: np.ndarray) -> bool:

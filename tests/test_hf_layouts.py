@@ -254,3 +254,19 @@ def test_a_folder_with_two_weight_formats_says_which_one_was_read(tmp_path, rng)
     lt = load_table(folder)
     assert "read model.safetensors; pytorch_model.bin beside it not read (safetensors first, as transformers)" in lt.notes
     assert lt.provenance()["notes"] == lt.notes
+
+
+def test_a_fixed_sinusoidal_table_is_noted_as_such(tmp_path, rng) -> None:
+    """Whisper's encoder and Marian store fixed sinusoids as weights; they were analysed like learned tables."""
+    pos = np.arange(48)[:, None]
+    freqs = 1.0 / 10000 ** (np.arange(16) / 16)
+    concatenated = np.concatenate([np.sin(pos * freqs), np.cos(pos * freqs)], axis=1)  # Whisper: [sin | cos]
+    interleaved = np.stack([np.sin(pos * freqs), np.cos(pos * freqs)], axis=2).reshape(48, 32)  # Vaswani
+    for name, table in (("concatenated", concatenated), ("interleaved", interleaved)):
+        tensors = {"model.encoder.embed_positions.weight": torch.tensor(table, dtype=torch.float16)}  # fp16 on disk
+        notes = load_table(_loose(tmp_path, tensors, f"{name}.safetensors")).notes
+        assert any("depend only on the offset i - j" in n for n in notes), name
+    learned = concatenated + rng.normal(0, 0.05, concatenated.shape)  # a table training moved a little
+    for table in (learned, rng.normal(size=(48, 32))):
+        np.save(tmp_path / "t.npy", table)
+        assert not any("offset i - j" in n for n in load_table(tmp_path / "t.npy").notes)
