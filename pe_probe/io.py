@@ -311,12 +311,12 @@ def load_table(
 def _grid_hint(name: str, n_rows: int, config: dict | None, store: _Store) -> str | None:
     """``grid:HxW`` for a ViT-like table of n_rows patches: the config's patch grid, else a square one."""
     cfg = _sub_config(name, config)
-    if not (_vit_like(name, cfg) or _cls_beside(store, name)):
+    if not _vit_evidence(name, cfg, store):
         return None
     grid = _patch_grid(cfg)
     if not (grid and grid[0] * grid[1] == n_rows):
-        s = math.isqrt(n_rows)
-        grid = (s, s) if s >= 2 and s * s == n_rows else None
+        s = _square_side(n_rows)
+        grid = (s, s) if s else None
     return f"grid:{grid[0]}x{grid[1]}" if grid else None
 
 
@@ -866,7 +866,7 @@ def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | N
     k, why = _offset_rows(name, n_rows, cfg, store, src)
     if k:
         return k, f"dropped {k} offset row{'s' if k > 1 else ''} at the top ({why}; {keep})"
-    if _vit_like(name, cfg) or (store is not None and _cls_beside(store, name)):
+    if _vit_evidence(name, cfg, store):
         found = _patch_rows(n_rows, cfg)
         if found:
             k, gh, gw = found
@@ -912,8 +912,8 @@ def _patch_rows(n_rows: int, cfg: dict) -> tuple[int, int, int] | None:
         if grid and grid[0] * grid[1] == n_rows - k:
             return k, *grid
     for k in (1, 2):  # no grid in the config (or a stale one): a square grid, unless the table itself is one
-        s = math.isqrt(max(n_rows - k, 0))
-        if s >= 2 and s * s == n_rows - k and not _is_square(n_rows):
+        s = _square_side(n_rows - k)
+        if s and not _is_square(n_rows):
             return k, s, s
     return None
 
@@ -937,6 +937,11 @@ def _vit_like(name: str, cfg: dict) -> bool:
     archs = cfg.get("architectures") or []
     archs = " ".join(map(str, archs)) if isinstance(archs, (list, tuple)) else str(archs)
     return bool(_VIT_NAME.search(name) or re.search(r"vit|deit|beit|dino", archs, re.IGNORECASE))
+
+
+def _vit_evidence(name: str, cfg: dict, store: _Store | None) -> bool:
+    """Whether the table is a ViT-style one (CLS row(s), then patches): by config or name, or a CLS token beside it."""
+    return _vit_like(name, cfg) or (store is not None and _cls_beside(store, name))
 
 
 def _cls_beside(store: _Store, name: str) -> bool:
@@ -1110,6 +1115,12 @@ def _int_or_none(x: Any) -> int | None:
         return int(x) if x is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _square_side(n: int) -> int | None:
+    """s when n = s * s with s >= 2 (a square patch grid), else None."""
+    s = math.isqrt(max(n, 0))
+    return s if s >= 2 and s * s == n else None
 
 
 def _is_square(n: int) -> bool:
