@@ -15,6 +15,7 @@ import numpy as np
 
 from . import distances as dist
 from . import stats
+from .chance import ChanceModel, gaussian_chance, null_rsa
 from .errors import InputError
 from .groundtruth import GroundTruth, parse_ground_truth
 from .neighbourhood import default_k, neighbourhood_metrics
@@ -99,7 +100,8 @@ NO_REFLECTION_REFUSED = ("--no-reflection (allow_reflection=False) is not suppor
 def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str | Sequence[str] = DEFAULT_METHODS,
             n_perm: int = 1000, n_boot: int = 1000, seed: int = 0, reference: str | None = None,
             allow_reflection: bool = True, n_null: int | None = None, neighbours: int | None = None,
-            provenance: dict[str, Any] | None = None, progress: bool = False) -> AnalysisResult:
+            provenance: dict[str, Any] | None = None, progress: bool = False,
+            chance: ChanceModel | None = None) -> AnalysisResult:
     """Measure how well a PE table (N x d) recovers the geometry of ground-truth coordinates (N x k).
 
     Parameters
@@ -114,7 +116,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     reference : "sin1d", "sin2d:HxW" or a table file, for `ref_shape_distance`.
     allow_reflection : must stay True (Procrustes with reflections, the scipy definition); False raises
         `InputError` (`NO_REFLECTION_REFUSED`: the recovered layouts have no defined handedness).
-    n_null : random Gaussian tables for the chance level (default: 20, fewer for very large N).
+    n_null : random tables for the chance level (default: 20, fewer for very large N).
+    chance : how those tables are drawn (`pe_probe.chance`); default Gaussian N(0, var(table)) tables of the
+        table's shape. `analyze_view` passes random PE tables read through the view's model maps.
     neighbours : k for trustworthiness / kNN overlap, below N/2 (default min(5, N//2 - 1)).
     """
     if not allow_reflection:
@@ -238,14 +242,11 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         m["ref_procrustes_distance"] = procrustes_distance(P, ref)
 
     n_null = auto_n_null(len(pe_d)) if n_null is None else n_null
+    chance = chance or gaussian_chance(P)
     null = np.empty(0)
     if n_null:
         stage(f"chance level ({n_null} random tables)")
-        sd = float(np.std(P))
-        null = np.array([
-            float(stats.standardise(stats.rank(dist.pairwise(rng_null.normal(0.0, sd if sd > 0 else 1.0, P.shape), pe_metric))) @ gt_ranked)
-            for _ in range(n_null)
-        ])
+        null = null_rsa(chance, P.shape, gt_ranked, pe_metric, n_null, rng_null)
     m["null_rsa_mean"] = float(null.mean()) if len(null) else float("nan")
     m["null_rsa_sd"] = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
     stage.done()
@@ -256,7 +257,8 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         "analysis": {
             "pe_metric": pe_metric, "gt_metric": "euclidean", "methods": list(methods), "n_perm": n_perm,
             "n_boot": n_boot, "n_boot_valid": boot_valid, "bootstrap": boot_method, "mantel": mantel_info,
-            "protest": {"exact": exact_protest, "n_relabellings": len(perms) if n_perm else 0}, "n_null": n_null, "seed": seed,
+            "protest": {"exact": exact_protest, "n_relabellings": len(perms) if n_perm else 0}, "n_null": n_null,
+            "chance": {"kind": chance.kind, "description": chance.description}, "seed": seed,
             "allow_reflection": allow_reflection, "neighbours": neighbours or default_k(n),
             "neighbourhood_embedding": "cmds", "smacof_iterations": smacof_iter, "reference": ref_name,
             "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),

@@ -160,7 +160,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     state, meta = open_state(source)
     base_prov = {"source": str(source), "sha256": meta.get("sha256"), "source_kind": meta.get("source_kind"),
                  "config": meta.get("config"), "checkpoint_metrics": meta.get("metrics"), "step": meta.get("step")}
-    items: list[tuple[str, np.ndarray, dict]] = []
+    items: list[tuple[str, np.ndarray, dict, Any]] = []  # (label, table, info, chance model or None)
     if view == "attention":
         if meta.get("source_kind") != "pe-probe-checkpoint":
             raise InputError(f"--view attention needs one of our checkpoints (it runs the model on task data); "
@@ -175,21 +175,21 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
         chosen = range(len(maps)) if layer == "all" else None
         if layer == "mean":
             items.append(("attention:mean", maps.mean(0), {"view": "attention", "layer": "mean",
-                          "attention_similarity": float(np.mean(sims)) if sims is not None else None}))
+                          "attention_similarity": float(np.mean(sims)) if sims is not None else None}, None))
         else:
             idx = list(chosen) if chosen is not None else [0 if layer is None else int(layer)]
             for i in idx:
                 if not 0 <= i < len(maps):
                     raise InputError(f"--layer {i} out of range: the model has {len(maps)} attention layers")
                 items.append((f"attention:layer{i}", maps[i], {"view": "attention", "layer": i,
-                              "attention_similarity": float(sims[i]) if sims is not None else None}))
+                              "attention_similarity": float(sims[i]) if sims is not None else None}, None))
     else:
         from .views import view_tables
 
         items = view_tables(state, meta, view, layer=layer, pe_param=param, positions=positions,
-                            drop_extra_tokens=drop_extra_tokens)
+                            drop_extra_tokens=drop_extra_tokens, return_chance=True)
     results = []
-    for label, table, info in items:
+    for label, table, info, chance in items:
         gt = meta.get("ground_truth")
         if view == "attention" or positions is None:
             if view != "attention":
@@ -202,7 +202,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
             gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full, meta.get("ground_truth_error"))
         prov = dict(base_prov, param=label, layer=info.get("layer"), view=info, notes=list(info.get("notes") or []),
                     extra_tokens=info.get("extra_tokens"), original_shape=_stored_shape(state, info.get("param")))
-        res = analyze(table, gt, provenance=prov, **analyze_kwargs)
+        res = analyze(table, gt, provenance=prov, chance=chance, **analyze_kwargs)
         if view == "kernel":
             from .views import kernel_distance_correlation
 

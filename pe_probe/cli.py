@@ -27,7 +27,8 @@ reading the numbers:
   rsa_spearman   rank correlation of PE distances with true distances (1 = same ordering of pairs)
   rsa_p          Mantel permutation p-value (small = geometry not explained by chance labelling)
   recovery_*_r2  share of the true layout's variance explained by the aligned recovered layout
-  null_rsa_mean  RSA of random tables of the same shape and scale: the chance level
+  null_rsa_mean  RSA of random tables of the same shape and scale: the chance level (a --view q/k/qk/kernel
+                 reads random PE tables through the same model maps)
 """
 
 

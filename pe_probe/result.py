@@ -42,7 +42,7 @@ class AnalysisResult:
     raw_embeddings : method -> (N, k) recovered coordinates before alignment.
     alignments : method -> Alignment.
     explained_variance : (min(N, d),) explained-variance ratio of the centred table's principal axes.
-    null_rsa : RSA values of random Gaussian tables (chance level), may be empty.
+    null_rsa : RSA values of random tables (the chance level, drawn as `pe_probe.chance` says), may be empty.
     """
 
     metrics: dict[str, float]

@@ -44,6 +44,9 @@ Architectures (anything else gets the raw view only, and an InputError for the o
   first layer in ``attention_layers`` sees only the last ``window_size`` positions). Both attend
   causally, so the kernel is causal (``info["causal"]``): position i attends to positions <= i only.
 
+The chance level of a view (``return_chance``, `pe_probe.chance`) reads random tables of the PE table's shape
+and scale through the same maps, so what the model adds to any table (a causal mask, a bias) counts as chance.
+
 Another model type is refused with its name; which tensors each family reads is listed in the README
 (``--view``).
 
@@ -55,7 +58,7 @@ and averaged for kernel); ``n_heads``; ``d_head``; ``input`` (what goes into the
 words); ``tensors`` (names of the tensors used); ``extra_tokens``; ``positions`` ([A, B] or None);
 ``notes``. With layer "mean", ``param``, ``block`` and ``input`` are lists over the averaged layers.
 Kernel adds ``scale``, ``causal``, ``window`` (a local layer's window, else None), ``self_attention`` (mean diagonal), ``cls_attention_mass`` (float or
-None) and ``kernel_distance_rho`` (against the source's own ground truth when it has one of matching
+None; a head's own with ``per_head``) and ``kernel_distance_rho`` (against the source's own ground truth when it has one of matching
 size, else None).
 """
 
@@ -69,6 +72,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pe_probe.chance import ChanceModel
 from pe_probe.distances import merge_near_ties, pairwise
 from pe_probe.errors import InputError, show_path
 from pe_probe.io import (
@@ -121,6 +125,7 @@ _FIRST_QK = re.compile(r"(?:^|\.)0\.(?:.*\.)?(?:q|k|query|key|qkv|wqkv|c_attn|qu
                        r"|[qk]_(?:proj|lin))[._]weight$", re.IGNORECASE)
 
 View = tuple[str, np.ndarray, dict[str, Any]]
+ViewWithChance = tuple[str, np.ndarray, dict[str, Any], "ChanceModel | None"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -137,7 +142,8 @@ def view_tables(
     per_head: bool = False,
     positions: str | tuple[int | None, int | None] | None = None,
     drop_extra_tokens: int | None = None,
-) -> list[View]:
+    return_chance: bool = False,
+) -> list[View] | list[ViewWithChance]:
     """The PE table(s) of a loaded source seen through ``view``, as ``[(label, table, info)]``.
 
     Parameters
@@ -153,6 +159,9 @@ def view_tables(
     positions : ``"A:B"`` or ``(A, B)``: keep these rows (after extra tokens are dropped) BEFORE the
         projections, so a kernel is the attention among those positions only.
     drop_extra_tokens : leading rows to drop (None: detect as `load_table` does).
+    return_chance : also return each entry's chance model, ``(label, table, info, chance)``: random tables put in
+        the PE table's place and read through the same maps (`pe_probe.chance`; None for raw, whose chance level
+        is `analyze`'s default).
 
     Tables are float64, (N, d) for raw, (N, d) or (N, d_head) for q and k, twice that for qk, and
     (N, N) for kernel. See the module docstring for what each view computes and what ``info`` holds.
@@ -175,13 +184,19 @@ def view_tables(
         notes.append(f"{len(names)} per-layer tables; viewing layer 0 (use layer=N, 'mean' or 'all')")
 
     # Each chosen table -> its view(s) (one per head with per_head), keyed by head; and its ground truth.
-    per_table, gts = [], []
+    per_table, gts, sources = [], [], []
     for name in chosen:
-        views, gt = _view_one(state, meta, store, name, view, per_head, positions, drop_extra_tokens)
+        views, gt, source = _view_one(state, meta, store, name, view, per_head, positions, drop_extra_tokens)
         per_table.append(views)
         gts.append(gt)
+        sources.append(source)
 
-    out: list[View] = []
+    def entry(label: str, table: np.ndarray, info: dict[str, Any], read: list, head: int | None) -> tuple:
+        if not return_chance:
+            return label, table, info
+        return label, table, info, None if view == "raw" else _through_view(read, view, head)
+
+    out: list = []
     if not all_layers and len(chosen) > 1:  # "mean": average the per-layer views
         for head in per_table[0]:
             tables = [pt[head][0] for pt in per_table]
@@ -198,13 +213,13 @@ def view_tables(
                 masses = [i["cls_attention_mass"] for i in infos]
                 info.update(_kernel_stats(table, gts[0]),
                             cls_attention_mass=None if None in masses else float(np.mean(masses)))
-            out.append((_label(f"mean({len(chosen)} layers)", view, head), table, info))
+            out.append(entry(_label(f"mean({len(chosen)} layers)", view, head), table, info, sources, head))
         return out
-    for name, lay, views in zip(chosen, layers, per_table):
+    for name, lay, views, source in zip(chosen, layers, per_table, sources):
         for head, (table, info) in views.items():
             info["layer"] = lay
             info["notes"] = notes + info["notes"]
-            out.append((_label(name, view, head), table, info))
+            out.append(entry(_label(name, view, head), table, info, [source], head))
     return out
 
 
@@ -271,19 +286,22 @@ class _Reader:
         x = P + self.offset if self.offset is not None else P
         return _layer_norm(x, *self.ln) if self.ln is not None else x
 
-    def project(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return x @ self.wq + self.bq, x @ self.wk + self.bk
+    def project(self, x: np.ndarray, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Queries and keys of inputs ``x``: all heads' columns, or one head's."""
+        c = slice(None) if head is None else slice(head * self.d_head, (head + 1) * self.d_head)
+        return x @ self.wq[:, c] + self.bq[c], x @ self.wk[:, c] + self.bk[c]
 
-    def kernels(self, P: np.ndarray) -> tuple[np.ndarray, float | None]:
-        """Per-head kernels (n_heads, N, N) over the table's positions, and the mass sent to ``extra``."""
-        q, k = self.project(self.inputs(P))
+    def kernels(self, P: np.ndarray, head: int | None = None) -> tuple[np.ndarray, float | None]:
+        """Per-head kernels (n_heads, N, N) over the table's positions (one head's, (1, N, N), with ``head``),
+        and the attention mass sent to ``extra`` (averaged over those heads)."""
+        q, k = self.project(self.inputs(P), head)
         n = P.shape[0]
         m = 0
         if self.extra is not None:
             xe = _layer_norm(self.extra, *self.ln) if self.ln is not None else self.extra
-            k = np.concatenate([xe @ self.wk + self.bk, k])  # extra keys first, as in the model
+            k = np.concatenate([self.project(xe, head)[1], k])  # extra keys first, as in the model
             m = self.extra.shape[0]
-        h, dh = self.n_heads, self.d_head
+        h, dh = (self.n_heads if head is None else 1), self.d_head
         qh = q.reshape(n, h, dh).transpose(1, 0, 2)  # (h, N, dh)
         kh = k.reshape(n + m, h, dh).transpose(1, 0, 2)  # (h, m + N, dh)
         scale = 1.0 / math.sqrt(dh) if self.scale is None else self.scale
@@ -448,7 +466,8 @@ def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,
 
 
 def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_tokens):
-    """({head: (table, info)}, ground truth of the viewed rows or None) for one table; head None = all heads."""
+    """({head: (table, info)}, ground truth of the viewed rows or None, (reader or None for raw, the viewed rows))
+    for one table; head None = all heads."""
     P = _as_table(store, name, name).astype(np.float64)
     gt = meta.get("ground_truth")
     extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt,
@@ -467,7 +486,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
             "n_heads": None, "d_head": None, "input": "P", "tensors": [name], "extra_tokens": int(extra),
             "positions": span, "n_rows": n_rows, "notes": notes}
     if view == "raw":
-        return {None: (P, base)}, gt
+        return {None: (P, base)}, gt, (None, P)
 
     r = _reader(state, meta, name)
     d = P.shape[1]
@@ -478,25 +497,41 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
         raise InputError(f"{name}: {r.wq.shape[1]} query dims do not split into {r.n_heads} heads; check the config")
     base.update(architecture=r.architecture, block=r.block, n_heads=r.n_heads, d_head=r.d_head, input=r.input,
                 tensors=[name] + r.tensors, notes=notes + r.notes)
-    heads = list(range(r.n_heads)) if per_head else [None]
-
-    if view == "kernel":
-        ker, mass = r.kernels(P)
-        out = {}
-        for h in heads:
-            A = ker.mean(0) if h is None else ker[h]
-            info = dict(base, head=h, notes=list(base["notes"]), causal=r.causal, window=r.window, cls_attention_mass=mass,
-                        scale=float(1.0 / math.sqrt(r.d_head) if r.scale is None else r.scale), **_kernel_stats(A, gt))
-            out[h] = (A, info)
-        return out, gt
-
-    q, k = r.project(r.inputs(P))
     out = {}
-    for h in heads:
-        cols = slice(None) if h is None else slice(h * r.d_head, (h + 1) * r.d_head)
-        table = {"q": q[:, cols], "k": k[:, cols], "qk": np.concatenate([q[:, cols], k[:, cols]], axis=1)}[view]
-        out[h] = (np.ascontiguousarray(table), dict(base, head=h, notes=list(base["notes"])))
-    return out, gt
+    for h in list(range(r.n_heads)) if per_head else [None]:
+        table, mass = _view_table(r, P, view, h)
+        info = dict(base, head=h, notes=list(base["notes"]))
+        if view == "kernel":
+            info.update(causal=r.causal, window=r.window, cls_attention_mass=mass,
+                        scale=float(1.0 / math.sqrt(r.d_head) if r.scale is None else r.scale), **_kernel_stats(table, gt))
+        out[h] = (table, info)
+    return out, gt, (r, P)
+
+
+def _view_table(r: _Reader, P: np.ndarray, view: str, head: int | None) -> tuple[np.ndarray, float | None]:
+    """The q, k, qk or kernel view of table ``P`` read by ``r`` (head None: all heads, concatenated or, for the
+    kernel, averaged), and the kernel's attention mass on extra tokens (None for the others)."""
+    if view == "kernel":
+        ker, mass = r.kernels(P, head)
+        return ker.mean(0), mass
+    q, k = r.project(r.inputs(P), head)
+    return np.ascontiguousarray(q if view == "q" else k if view == "k" else np.concatenate([q, k], axis=1)), None
+
+
+def _through_view(sources: list[tuple[_Reader, np.ndarray]], view: str, head: int | None) -> ChanceModel:
+    """The chance level of a view: a random table N(0, var(P)) of each read table P's shape in its place (one per
+    layer, averaged as the mean view averages them), read through the same maps."""
+    scales = [float(np.std(P)) or 1.0 for _, P in sources]
+
+    def draw(rng: np.random.Generator) -> np.ndarray:
+        return np.mean([_view_table(r, rng.normal(0.0, sd, P.shape), view, head)[0]
+                        for (r, P), sd in zip(sources, scales)], axis=0)
+
+    r, P = sources[0]
+    what = (f"the {len(sources)} per-layer tables each replaced by a random Gaussian table of its shape and scale"
+            if len(sources) > 1 else f"the table replaced by random Gaussian tables N(0, {scales[0]:.4g}^2) of its "
+            f"shape {list(P.shape)}")
+    return ChanceModel("through-view", f"{what}, read through the same maps ({r.input})", draw)
 
 
 def _kernel_stats(A: np.ndarray, gt: Any) -> dict[str, Any]:

@@ -183,17 +183,21 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, "null_rsa_mean"):
             mu = float(metrics["null_rsa_mean"])
             sd = float(metrics.get("null_rsa_sd", float("nan")))
+            through = ((provenance.get("analysis") or {}).get("chance") or {}).get("kind") == "through-view"
+            tail = (" put in the PE table's place (its shape and scale) and read through the same model maps" if through
+                    else " of the same shape")
+            many, one = ("Random tables", "One random table") if through else ("Random Gaussian tables", "One random Gaussian table")
             if math.isfinite(sd) and sd > 0:
                 z = (rho - mu) / sd
-                text += (f" Random Gaussian tables of the same shape give {_num(mu)} ± {_num(sd)} (chance level), so "
+                text += (f" {many}{tail} give {_num(mu)} ± {_num(sd)} (chance level), so "
                          f"this is {abs(z):.1f} standard deviations {'above' if z >= 0 else 'below'} chance.")
                 untested = (not below) if z < 0 else (_ok(metrics, "rsa_p") and float(metrics["rsa_p"]) >= 0.05)
                 if abs(z) >= 2 and (rho <= -0.1 or z > 0) and untested:
                     text += (" That spread is how much random tables' RSA varies, not how uncertain this table's RSA is, "
                              "so it is not a test: the interval and the permutation test are.")
             else:  # one null table (--n-null 1): a single draw, no spread
-                text += (f" One random Gaussian table of the same shape gives {_num(mu)}: a single draw, not a chance "
-                         f"level (raise --n-null).")
+                text += (f" {one}{tail} gives {_num(mu)}: a single draw, not a chance level "
+                         f"(raise --n-null).")
         if _ok(metrics, "causal_mask_rsa"):
             text += (f" This is a causal model's kernel: the causal mask alone (a table without positional information) "
                      f"gives {_num(float(metrics['causal_mask_rsa']))}, so only the excess over it, "
