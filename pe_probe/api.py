@@ -165,24 +165,27 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
         if meta.get("source_kind") != "pe-probe-checkpoint":
             raise InputError(f"--view attention needs one of our checkpoints (it runs the model on task data); "
                              f"{source} is a {meta.get('source_kind')}")
-        from trainers.attention import attention_maps, attention_similarity
+        from trainers.attention import attention_maps, attention_model, attention_similarity, model_attention_maps
 
-        maps = attention_maps(source, n_puzzles=n_puzzles, seed=int(analyze_kwargs.get("seed", 0)))
+        seed = int(analyze_kwargs.get("seed", 0))
+        model, x = attention_model(source, n_puzzles=n_puzzles, seed=seed)
+        maps = model_attention_maps(model, x)
         sims = None
         if attention_reference:
-            sims = attention_similarity(maps, attention_maps(attention_reference, n_puzzles=n_puzzles,
-                                                             seed=int(analyze_kwargs.get("seed", 0))))
+            sims = attention_similarity(maps, attention_maps(attention_reference, n_puzzles=n_puzzles, seed=seed))
         chosen = range(len(maps)) if layer == "all" else None
         if layer == "mean":
             items.append(("attention:mean", maps.mean(0), {"view": "attention", "layer": "mean",
-                          "attention_similarity": float(np.mean(sims)) if sims is not None else None}, None))
+                          "attention_similarity": float(np.mean(sims)) if sims is not None else None},
+                          _attention_chance(model, x, None)))
         else:
             idx = list(chosen) if chosen is not None else [0 if layer is None else int(layer)]
             for i in idx:
                 if not 0 <= i < len(maps):
                     raise InputError(f"--layer {i} out of range: the model has {len(maps)} attention layers")
                 items.append((f"attention:layer{i}", maps[i], {"view": "attention", "layer": i,
-                              "attention_similarity": float(sims[i]) if sims is not None else None}, None))
+                              "attention_similarity": float(sims[i]) if sims is not None else None},
+                              _attention_chance(model, x, i)))
     else:
         from .views import view_tables
 
@@ -217,6 +220,26 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
             res.metrics["attention_similarity"] = info["attention_similarity"]
         results.append(res)
     return results
+
+
+def _attention_chance(model: Any, x: np.ndarray, layer: int | None) -> Any:
+    """The chance level of attention maps (layer None: their mean over layers): the same model on the same puzzles
+    with its PE tables replaced by random ones (`trainers.attention.random_pe_attention_maps`); None (Gaussian
+    tables of the maps' shape) for a model without a PE table."""
+    from trainers.attention import pe_tables, random_pe_attention_maps
+
+    from .chance import ChanceModel
+
+    names = [name for name, _ in pe_tables(model)]
+    if not names:
+        return None
+
+    def draw(rng: np.random.Generator) -> np.ndarray:
+        maps = random_pe_attention_maps(model, x, rng)
+        return maps.mean(0) if layer is None else maps[layer]
+
+    return ChanceModel("through-view", f"the model's PE table(s) ({', '.join(names)}) replaced by random Gaussian "
+                       f"tables of their shape and scale, attention maps recomputed on the same {len(x)} puzzles", draw)
 
 
 def _stored_shape(state: Any, param: Any) -> list[int] | None:

@@ -5,6 +5,8 @@ is what a model computes from its table, so its chance level draws random tables
 and scale and passes them through the same maps (token embedding, layer norm, W_Q / W_K, softmax and a
 causal mask). That keeps what the model adds to any table: a causal kernel's mask alone makes random
 tables look positional (`pe_probe.causal`), which Gaussian tables of the kernel's shape would not show.
+The attention view reruns the model on the same puzzles with random PE tables
+(`trainers.attention.random_pe_attention_maps`).
 """
 
 from __future__ import annotations

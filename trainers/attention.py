@@ -103,6 +103,13 @@ def attention_maps(
     many are used (the first ones of a given set). Each map is averaged over heads and puzzles; row i
     is where token i attends, rows sum to 1.
     """
+    model, x = attention_model(ckpt_path, puzzles, n_puzzles, seed, device=device)
+    return model_attention_maps(model, x, batch_size=batch_size)
+
+
+def attention_model(ckpt_path: str | os.PathLike, puzzles: Any = None, n_puzzles: int = 500, seed: int = 0, *,
+                    device: str = "cpu") -> tuple[torch.nn.Module, np.ndarray]:
+    """The model of an LST checkpoint and the encoded puzzles (M, 16, 5) `attention_maps` runs it on."""
     from trainers.checkpoint import load_checkpoint
     from trainers.evaluate import model_from_checkpoint, resolve_device
 
@@ -115,8 +122,40 @@ def attention_maps(
     if task != "lst":
         raise InputError(f"{ckpt_path}: attention maps are for Latin Square Task checkpoints, this one is {task!r}")
     model, _ = model_from_checkpoint(ckpt, dev, ckpt_path)
-    x = _inputs(puzzles, int(n_puzzles), seed)
-    return model_attention_maps(model, x, batch_size=batch_size)
+    return model, _inputs(puzzles, int(n_puzzles), seed)
+
+
+def pe_tables(model: torch.nn.Module) -> list[tuple[str, Tensor]]:
+    """The model's PE tables, which a chance level replaces by random ones: every additive table (learned or
+    fixed) and every relative-offset table. Rotary PEs and no PE have none."""
+    from trainers.pe import AdditivePE, RelativePE
+
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, AdditivePE):
+            out.append((f"{name}.table", module.table))
+        elif isinstance(module, RelativePE):
+            out.append((f"{name}.offset_table", module.offset_table))
+    return out
+
+
+@torch.no_grad()
+def random_pe_attention_maps(model: torch.nn.Module, x: Tensor | np.ndarray, rng: np.random.Generator,
+                             batch_size: int = 256) -> np.ndarray:
+    """`model_attention_maps` with every PE table (`pe_tables`) replaced by a random Gaussian table of its shape
+    and overall standard deviation (1 for a constant one), drawn from ``rng``; the tables are restored after."""
+    tables = [t for _, t in pe_tables(model)]
+    if not tables:
+        raise InputError("the model has no PE table to replace (rotary PE or no PE)")
+    saved = [t.detach().clone() for t in tables]
+    try:
+        for t in tables:
+            sd = float(t.double().std(unbiased=False)) or 1.0
+            t.copy_(torch.as_tensor(rng.normal(0.0, sd, tuple(t.shape)), dtype=t.dtype))
+        return model_attention_maps(model, x, batch_size=batch_size)
+    finally:
+        for t, s in zip(tables, saved):
+            t.copy_(s)
 
 
 def attention_similarity(maps_a: np.ndarray, maps_b: np.ndarray) -> np.ndarray:

@@ -120,3 +120,48 @@ def test_similarity_is_the_per_layer_cosine():
     expected1 = np.sum(a[1] * b[1]) / (np.linalg.norm(a[1]) * np.linalg.norm(b[1]))
     np.testing.assert_allclose(attention_similarity(a, b), [0.0, expected1])
     assert 0 < expected1 < 1
+
+
+# ---- the chance level of attention maps: the same model with random PE tables ----------------------
+
+@pytest.mark.parametrize("kind", ["learned", "relative", "rope2d"])
+def test_random_pe_maps_replace_every_pe_table_and_restore_it(tmp_path, kind):
+    from trainers.attention import attention_model, pe_tables, random_pe_attention_maps
+
+    model, x = attention_model(untrained_checkpoint(tmp_path / "a.pt", **{"pe.kind": kind}), n_puzzles=20)
+    tables = pe_tables(model)
+    if kind == "rope2d":
+        assert tables == []
+        with pytest.raises(InputError, match="no PE table"):
+            random_pe_attention_maps(model, x, np.random.default_rng(0))
+        return
+    assert [n.rsplit(".", 1)[1] for n, _ in tables] == ["table" if kind == "learned" else "offset_table"] * 2
+    before = [t.detach().clone() for _, t in tables]
+    drawn = random_pe_attention_maps(model, x, np.random.default_rng(5))
+    for (_, t), b in zip(tables, before):
+        torch.testing.assert_close(t, b, rtol=0, atol=0)  # restored
+    # by hand: the same draws written into the tables, then the model's maps
+    g = np.random.default_rng(5)
+    for _, t in tables:
+        with torch.no_grad():
+            t.copy_(torch.as_tensor(g.normal(0.0, float(t.double().std(unbiased=False)), tuple(t.shape)), dtype=t.dtype))
+    np.testing.assert_allclose(drawn, model_attention_maps(model, x), atol=1e-12)
+    assert not np.allclose(drawn, random_pe_attention_maps(model, x, np.random.default_rng(6)))
+
+
+def test_the_attention_views_chance_level_reruns_the_model_with_random_tables(tmp_path):
+    from pe_probe.api import analyze_view
+    from pe_probe.report.readings import readings
+
+    ckpt = untrained_checkpoint(tmp_path / "a.pt")
+    fast = {"n_perm": 0, "n_boot": 0, "methods": "pca", "n_null": 3}
+    res, = analyze_view(ckpt, "attention", layer=1, n_puzzles=20, **fast)
+    chance = res.provenance["analysis"]["chance"]
+    assert chance["kind"] == "through-view" and "blocks.0.pe.table, blocks.1.pe.table" in chance["description"]
+    assert "Random tables put in the PE table's place" in dict((n, t) for n, _, t in readings(res.metrics, res.provenance))[
+        "RSA (Spearman ρ)"]
+    mean, = analyze_view(ckpt, "attention", layer="mean", n_puzzles=20, **fast)
+    assert mean.metrics["null_rsa_mean"] != res.metrics["null_rsa_mean"]
+    rope, = analyze_view(untrained_checkpoint(tmp_path / "r.pt", **{"pe.kind": "rope2d"}), "attention", layer=0,
+                         n_puzzles=20, **fast)
+    assert rope.provenance["analysis"]["chance"]["kind"] == "gaussian"  # no table to replace
