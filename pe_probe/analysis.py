@@ -16,6 +16,7 @@ import numpy as np
 from . import distances as dist
 from . import stats
 from .chance import ChanceModel, gaussian_chance, null_rsa
+from .distances import rsa_distances
 from .errors import InputError
 from .groundtruth import GroundTruth, parse_ground_truth
 from .neighbourhood import default_k, neighbourhood_metrics
@@ -55,14 +56,6 @@ MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
 MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
-
-
-def rsa_distances(square: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """The condensed distances RSA ranks, with their sort order.
-
-    Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once the
-    coordinates are scaled, shifted or rotated; they are merged so that ranks and ties do not depend on it."""
-    return dist.merge_near_ties(dist.condensed(square), atol=0.0 if metric == "euclidean" else 1e-12, return_order=True)
 
 
 def auto_n_null(n_pairs: int) -> int:
@@ -247,6 +240,11 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     if n_null:
         stage(f"chance level ({n_null} random tables)")
         null = null_rsa(chance, P.shape, gt_ranked, pe_metric, n_null, rng_null)
+        flat = int(np.isnan(null).sum())
+        if flat:
+            notes.append(f"chance level from {n_null - flat} of {n_null} random tables: {flat} gave rows all equally far "
+                         f"apart (no geometry), so the view barely depends on the table")
+            null = null[~np.isnan(null)]
     m["null_rsa_mean"] = float(null.mean()) if len(null) else float("nan")
     m["null_rsa_sd"] = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
     stage.done()

@@ -174,10 +174,11 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
         if attention_reference:
             sims = attention_similarity(maps, attention_maps(attention_reference, n_puzzles=n_puzzles, seed=seed))
         chosen = range(len(maps)) if layer == "all" else None
+        reruns: dict[str, Any] = {}  # the chance level's model reruns, shared by the layers
         if layer == "mean":
             items.append(("attention:mean", maps.mean(0), {"view": "attention", "layer": "mean",
                           "attention_similarity": float(np.mean(sims)) if sims is not None else None},
-                          _attention_chance(model, x, None)))
+                          _attention_chance(model, x, None, reruns)))
         else:
             idx = list(chosen) if chosen is not None else [0 if layer is None else int(layer)]
             for i in idx:
@@ -185,7 +186,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
                     raise InputError(f"--layer {i} out of range: the model has {len(maps)} attention layers")
                 items.append((f"attention:layer{i}", maps[i], {"view": "attention", "layer": i,
                               "attention_similarity": float(sims[i]) if sims is not None else None},
-                              _attention_chance(model, x, i)))
+                              _attention_chance(model, x, i, reruns)))
     else:
         from .views import view_tables
 
@@ -222,10 +223,14 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     return results
 
 
-def _attention_chance(model: Any, x: np.ndarray, layer: int | None) -> Any:
+def _attention_chance(model: Any, x: np.ndarray, layer: int | None, reruns: dict[str, Any]) -> Any:
     """The chance level of attention maps (layer None: their mean over layers): the same model on the same puzzles
     with its PE tables replaced by random ones (`trainers.attention.random_pe_attention_maps`); None (Gaussian
-    tables of the maps' shape) for a model without a PE table."""
+    tables of the maps' shape) for a model without a PE table.
+
+    Every layer's analysis seeds its random tables alike, so they draw the same tables: ``reruns`` (shared by the
+    layers) keeps each rerun's maps under the generator's state before the draw, with its state after, and a
+    layer that finds them there skips the rerun and moves its generator on as the rerun would have."""
     from trainers.attention import pe_tables, random_pe_attention_maps
 
     from .chance import ChanceModel
@@ -235,7 +240,11 @@ def _attention_chance(model: Any, x: np.ndarray, layer: int | None) -> Any:
         return None
 
     def draw(rng: np.random.Generator) -> np.ndarray:
-        maps = random_pe_attention_maps(model, x, rng)
+        key = repr(rng.bit_generator.state)
+        if key not in reruns:
+            reruns[key] = (random_pe_attention_maps(model, x, rng), rng.bit_generator.state)
+        maps, after = reruns[key]
+        rng.bit_generator.state = after
         return maps.mean(0) if layer is None else maps[layer]
 
     return ChanceModel("through-view", f"the model's PE table(s) ({', '.join(names)}) replaced by random Gaussian "

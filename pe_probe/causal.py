@@ -14,7 +14,7 @@ import numpy as np
 
 from . import distances as dist
 from . import stats
-from .analysis import rsa_distances
+from .distances import rsa_distances
 
 
 def mask_only_kernel(n: int, window: int | None = None) -> np.ndarray:

@@ -40,11 +40,14 @@ def gaussian_chance(table: np.ndarray) -> ChanceModel:
 
 def null_rsa(chance: ChanceModel, shape: tuple[int, ...], gt_ranked: np.ndarray, pe_metric: str, n_null: int,
              rng: np.random.Generator) -> np.ndarray:
-    """Spearman RSA of ``n_null`` tables drawn by ``chance`` against the ranked, standardised ground-truth distances."""
+    """Spearman RSA of ``n_null`` tables drawn by ``chance`` against the ranked, standardised ground-truth distances,
+    ranked as `analyze` ranks the table's (near ties merged); NaN for a drawn table whose rows are all equidistant
+    (no geometry: what `analyze` refuses in a real table)."""
     out = np.empty(n_null)
     for i in range(n_null):
         table = np.asarray(chance.draw(rng), dtype=np.float64)
         if table.shape != tuple(shape):
             raise ValueError(f"the chance model drew a table of shape {table.shape}, not {tuple(shape)}")
-        out[i] = float(stats.standardise(stats.rank(dist.pairwise(table, pe_metric))) @ gt_ranked)
+        d, order = dist.rsa_distances(dist.square_distances(table, pe_metric), pe_metric)
+        out[i] = float(stats.standardise(stats.rank(d, order)) @ gt_ranked) if np.ptp(d) > 0 else np.nan
     return out

@@ -102,3 +102,11 @@ def condensed(square: np.ndarray) -> np.ndarray:
 def pairwise(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     """Condensed distance vector of the rows of ``x`` (length N(N-1)/2)."""
     return condensed(square_distances(x, metric))
+
+
+def rsa_distances(square: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """The condensed distances RSA ranks, with their sort order.
+
+    Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once the
+    coordinates are scaled, shifted or rotated; they are merged so that ranks and ties do not depend on it."""
+    return merge_near_ties(condensed(square), atol=0.0 if metric == "euclidean" else 1e-12, return_order=True)

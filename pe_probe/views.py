@@ -529,8 +529,8 @@ def _through_view(sources: list[tuple[_Reader, np.ndarray]], view: str, head: in
 
     r, P = sources[0]
     what = (f"the {len(sources)} per-layer tables each replaced by a random Gaussian table of its shape and scale"
-            if len(sources) > 1 else f"the table replaced by random Gaussian tables N(0, {scales[0]:.4g}^2) of its "
-            f"shape {list(P.shape)}")
+            if len(sources) > 1 else f"the viewed rows replaced by random Gaussian tables N(0, {scales[0]:.4g}^2) of "
+            f"their shape {list(P.shape)}")
     return ChanceModel("through-view", f"{what}, read through the same maps ({r.input})", draw)
 
 

@@ -105,3 +105,29 @@ def test_per_head_kernels_report_each_heads_cls_mass(rng):
     masses = [info["cls_attention_mass"] for _, _, info in heads]
     assert np.mean(masses) == pytest.approx(both["cls_attention_mass"])
     assert masses[0] != pytest.approx(masses[1])
+
+
+def test_a_drawn_table_equal_to_the_table_gets_the_tables_own_rsa():
+    """The null ranks like the real RSA (near ties merged): a sinusoid table's distances tie in exact arithmetic."""
+    from pe_probe.reference import sinusoid_2d
+
+    P = sinusoid_2d(4, 4, 16) @ np.linalg.qr(np.random.default_rng(1).normal(size=(16, 16)))[0]  # rotated: ties by rounding
+    res = analyze(P, "grid:4x4", n_null=2, chance=ChanceModel("test", "the table itself", lambda _rng: P.copy()), **FAST)
+    np.testing.assert_array_equal(res.null_rsa, [res.metrics["rsa_spearman"]] * 2)
+
+
+def test_equidistant_draws_are_left_out_of_the_chance_level_with_a_note(rng):
+    P = rng.normal(size=(N, 4))
+    tables = iter([np.zeros((N, 4)), rng.normal(size=(N, 4)), rng.normal(size=(N, 4))])
+    res = analyze(P, "grid:4x4", n_null=3, chance=ChanceModel("test", "", lambda _rng: next(tables)), **FAST)
+    assert len(res.null_rsa) == 2 and np.isfinite(res.metrics["null_rsa_sd"])
+    assert any("from 2 of 3 random tables" in n for n in res.provenance["notes"])
+
+
+def test_random_tables_that_all_give_one_rsa_are_read_as_no_spread():
+    metrics = {"rsa_spearman": 0.6634, "null_rsa_mean": 0.6633, "null_rsa_sd": 1e-16, "rsa_p": 0.001}
+    prov = {"analysis": {"chance": {"kind": "through-view"}, "n_null": 20}}
+    text = {n: t for n, _, t in readings(metrics, prov)}["RSA (Spearman ρ)"]
+    assert "all give 0.66, without spread" in text and "standard deviations" not in text
+    metrics["null_rsa_sd"] = 0.01
+    assert "standard deviations" in {n: t for n, _, t in readings(metrics, prov)}["RSA (Spearman ρ)"]

@@ -190,6 +190,8 @@ def analyse_checkpoint(ckpt: Path, pairs: list[tuple[str, Any]], seed: int, att:
                 expanded = range(len(maps)) if layer == "all" else [layer]
                 for lay in expanded:
                     table = maps.mean(0) if lay == "mean" else maps[int(lay)]
+                    # the maps are computed once per checkpoint, so their chance level is analyze's Gaussian one, not
+                    # the CLI's reruns with random PE tables (`pe_probe.api.analyze_view`); the reports do not use it
                     res = analyze(table, grid(4, 4), **{k: v for k, v in kw.items() if k != "reference"})
                     row = _metrics_row(res, "attention", lay)
                     if sims is not None:

@@ -36,6 +36,7 @@ CORRELATION_WORDS = ((0.5, "strong"), (0.3, "moderate"), (0.1, "weak"), (0.0, "n
 RECOVERED_R2 = 0.8  # the verdict's "recovers the true geometry": best layout recovery r2 at least this
 ALPHA = 0.05  # the verdict's and the p-value sentences' significance level
 INVERSION_RHO = -0.3  # an RSA at or below this, significantly below zero (`rsa_below_zero`), is named an inversion
+NO_SPREAD = 1e-9  # random tables' RSA sd at or below this is rounding noise: they all gave one value
 PROBE_MOST = 0.5  # the probe sentence's "most of the position information"
 TRUST_MOSTLY, TRUST_PARTLY = 0.9, 0.7  # the trustworthiness sentence's "mostly" / "partly" true neighbours
 # Kruskal (1964)'s verbal scale for stress-1; a value between two anchors takes the grade of the one above it
@@ -187,7 +188,7 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
             tail = (" put in the PE table's place (its shape and scale) and read through the same model maps" if through
                     else " of the same shape")
             many, one = ("Random tables", "One random table") if through else ("Random Gaussian tables", "One random Gaussian table")
-            if math.isfinite(sd) and sd > 0:
+            if math.isfinite(sd) and sd > NO_SPREAD:
                 z = (rho - mu) / sd
                 text += (f" {many}{tail} give {_num(mu)} ± {_num(sd)} (chance level), so "
                          f"this is {abs(z):.1f} standard deviations {'above' if z >= 0 else 'below'} chance.")
@@ -195,6 +196,9 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
                 if abs(z) >= 2 and (rho <= -0.1 or z > 0) and untested:
                     text += (" That spread is how much random tables' RSA varies, not how uncertain this table's RSA is, "
                              "so it is not a test: the interval and the permutation test are.")
+            elif math.isfinite(sd):  # several random tables, one value: the view does not depend on the table
+                text += (f" {many}{tail} all give {_num(mu)}, without spread: what this view shows hardly depends on "
+                         f"the table, so any table gets about this RSA.")
             else:  # one null table (--n-null 1): a single draw, no spread
                 text += (f" {one}{tail} gives {_num(mu)}: a single draw, not a chance level "
                          f"(raise --n-null).")

@@ -165,3 +165,19 @@ def test_the_attention_views_chance_level_reruns_the_model_with_random_tables(tm
     rope, = analyze_view(untrained_checkpoint(tmp_path / "r.pt", **{"pe.kind": "rope2d"}), "attention", layer=0,
                          n_puzzles=20, **fast)
     assert rope.provenance["analysis"]["chance"]["kind"] == "gaussian"  # no table to replace
+
+
+def test_every_layer_shares_the_chance_levels_reruns(tmp_path, monkeypatch):
+    import trainers.attention as attention
+    from pe_probe.api import analyze_view
+
+    calls = []
+    real = attention.random_pe_attention_maps
+    monkeypatch.setattr(attention, "random_pe_attention_maps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ckpt = untrained_checkpoint(tmp_path / "a.pt")
+    fast = {"n_perm": 0, "n_boot": 0, "methods": "pca", "n_null": 3}
+    every = analyze_view(ckpt, "attention", layer="all", n_puzzles=20, **fast)
+    assert len(every) == 2 and len(calls) == 3  # one rerun per random table, not per layer
+    one, = analyze_view(ckpt, "attention", layer=1, n_puzzles=20, **fast)
+    np.testing.assert_array_equal(every[1].null_rsa, one.null_rsa)  # as if the layer had drawn its own
+    assert not np.array_equal(every[0].null_rsa, every[1].null_rsa)
