@@ -247,7 +247,7 @@ def _attention_chance(model: Any, x: np.ndarray, layer: int | None, reruns: dict
         rng.bit_generator.state = after
         return maps.mean(0) if layer is None else maps[layer]
 
-    return ChanceModel("through-view", f"the model's PE table(s) ({', '.join(names)}) replaced by random Gaussian "
+    return ChanceModel("model-rerun", f"the model's PE table(s) ({', '.join(names)}) replaced by random Gaussian "
                        f"tables of their shape and scale, attention maps recomputed on the same {len(x)} puzzles", draw)
 
 

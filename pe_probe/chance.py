@@ -23,7 +23,8 @@ from . import stats
 @dataclass(frozen=True)
 class ChanceModel:
     """How the chance level's random tables are drawn: ``draw(rng)`` returns one table shaped like the analysed
-    one. ``kind`` is "gaussian" or "through-view"; ``description`` says it in words (recorded in provenance)."""
+    one. ``kind``: "gaussian", "through-view" (a view's maps) or "model-rerun" (the attention view); ``description``
+    says it in words (recorded in provenance)."""
 
     kind: str
     description: str

@@ -36,6 +36,10 @@ CORRELATION_WORDS = ((0.5, "strong"), (0.3, "moderate"), (0.1, "weak"), (0.0, "n
 RECOVERED_R2 = 0.8  # the verdict's "recovers the true geometry": best layout recovery r2 at least this
 ALPHA = 0.05  # the verdict's and the p-value sentences' significance level
 INVERSION_RHO = -0.3  # an RSA at or below this, significantly below zero (`rsa_below_zero`), is named an inversion
+# how the chance level's random tables were used, by `pe_probe.chance.ChanceModel.kind` (else Gaussian tables)
+CHANCE_WORDS = {"through-view": " put in the PE table's place (its shape and scale) and read through the same model maps",
+                "model-rerun": " put in place of the model's PE tables (their shape and scale), the model rerun on the same "
+                               "puzzles"}
 NO_SPREAD = 1e-9  # random tables' RSA sd at or below this is rounding noise: they all gave one value
 PROBE_MOST = 0.5  # the probe sentence's "most of the position information"
 TRUST_MOSTLY, TRUST_PARTLY = 0.9, 0.7  # the trustworthiness sentence's "mostly" / "partly" true neighbours
@@ -184,10 +188,10 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, "null_rsa_mean"):
             mu = float(metrics["null_rsa_mean"])
             sd = float(metrics.get("null_rsa_sd", float("nan")))
-            through = ((provenance.get("analysis") or {}).get("chance") or {}).get("kind") == "through-view"
-            tail = (" put in the PE table's place (its shape and scale) and read through the same model maps" if through
-                    else " of the same shape")
-            many, one = ("Random tables", "One random table") if through else ("Random Gaussian tables", "One random Gaussian table")
+            kind = ((provenance.get("analysis") or {}).get("chance") or {}).get("kind")
+            tail = CHANCE_WORDS.get(kind, " of the same shape")
+            many, one = ("Random tables", "One random table") if kind in CHANCE_WORDS else (
+                "Random Gaussian tables", "One random Gaussian table")
             if math.isfinite(sd) and sd > NO_SPREAD:
                 z = (rho - mu) / sd
                 text += (f" {many}{tail} give {_num(mu)} ± {_num(sd)} (chance level), so "

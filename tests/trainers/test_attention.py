@@ -157,8 +157,8 @@ def test_the_attention_views_chance_level_reruns_the_model_with_random_tables(tm
     fast = {"n_perm": 0, "n_boot": 0, "methods": "pca", "n_null": 3}
     res, = analyze_view(ckpt, "attention", layer=1, n_puzzles=20, **fast)
     chance = res.provenance["analysis"]["chance"]
-    assert chance["kind"] == "through-view" and "blocks.0.pe.table, blocks.1.pe.table" in chance["description"]
-    assert "Random tables put in the PE table's place" in dict((n, t) for n, _, t in readings(res.metrics, res.provenance))[
+    assert chance["kind"] == "model-rerun" and "blocks.0.pe.table, blocks.1.pe.table" in chance["description"]
+    assert "Random tables put in place of the model's PE tables (their shape and scale), the model rerun" in dict((n, t) for n, _, t in readings(res.metrics, res.provenance))[
         "RSA (Spearman ρ)"]
     mean, = analyze_view(ckpt, "attention", layer="mean", n_puzzles=20, **fast)
     assert mean.metrics["null_rsa_mean"] != res.metrics["null_rsa_mean"]
