@@ -43,15 +43,29 @@ Architectures (anything else gets the raw view only, and an InputError for the o
   ``num_heads``; logits NOT scaled by 1/sqrt(d_head), as GPT-Neo does not scale them; a ``"local"``
   first layer in ``attention_layers`` sees only the last ``window_size`` positions). Both attend
   causally, so the kernel is causal (``info["causal"]``): position i attends to positions <= i only.
+* **Vision Transformers** (Hugging Face; ``model_type`` vit, deit, clip_vision_model, or a clip model's
+  ``vision_model.`` part), as the first layer reads the table for a blank (all-zero) image: ViT/DeiT
+  ``[prefix.]embeddings.position_embeddings`` (1, k + HW, d); a patch's input is the patch conv's bias
+  ``embeddings.patch_embeddings.projection.bias`` + P_i; then ``encoder.layer.0.layernorm_before`` (eps: config
+  ``layer_norm_eps``, default 1e-12) and ``encoder.layer.0.attention.attention.query`` / ``.key`` (no biases when
+  config ``qkv_bias`` is false). CLIP ``embeddings.position_embedding.weight``; the patch conv has no bias (token part
+  0); then ``pre_layrnorm`` and ``encoder.layers.0.layer_norm1`` (two layer norms, eps default 1e-5), then
+  ``encoder.layers.0.self_attn.q_proj`` / ``k_proj``. Heads from ``num_attention_heads``. The k leading rows that
+  `load_table` drops (CLS; DeiT: CLS and distillation) are the special tokens' position rows: their inputs
+  ``embeddings.cls_token`` (CLIP ``class_embedding``; DeiT also ``distillation_token``) + that row are attended to
+  as the ``extra`` keys, as a pe-probe CLS readout is (views cover the HW patch rows; ``cls_attention_mass``). A
+  random table for the chance level replaces the patch rows only; at layer 0 the special tokens change no patch's
+  q, k or renormalised kernel, so replacing their rows too would draw the same tables.
 
-The chance level of a view (``return_chance``, `pe_probe.chance`) reads random tables of the PE table's shape
+The chance level of a view (``return_chance``, `pe_probe.chance`) reads random tables of the viewed rows' shape
 and scale through the same maps, so what the model adds to any table (a causal mask, a bias) counts as chance.
 
 Another model type is refused with its name; which tensors each family reads is listed in the README
 (``--view``).
 
 Every ``info`` dict is JSON-able. Keys for all views: ``view``; ``architecture`` ("pe-probe",
-"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo"; None for raw); ``param``
+"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo", "vit", "deit", "clip_vision"; None for
+raw); ``param``
 (table name); ``layer`` (index, ``"mean"``, or None for a single table); ``block`` (index of the
 attention layer that reads the table; None for raw); ``head`` (None: all heads, concatenated for q/k/qk
 and averaged for kernel); ``n_heads``; ``d_head``; ``input`` (what goes into the projections, in
@@ -81,6 +95,7 @@ from pe_probe.io import (
     _extra_tokens,
     _parse_positions,
     _resolve_param,
+    _sub_config,
     find_pe_params,
     store_of,
 )
@@ -91,8 +106,10 @@ VIEWS = ("raw", "qk", "q", "k", "kernel")
 _OURS_TABLE = re.compile(r"^(?:pe|blocks\.(\d+)\.pe)\.table$")
 _BERT_PE = "embeddings.position_embeddings.weight"
 _GPT2_PE = "wpe.weight"
-_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style (incl. ELECTRA, ALBERT, DistilBERT) and GPT-2-style "
-              "(incl. GPT-Neo) models (tensors: README, --view)")
+_VIT_PE = "embeddings.position_embeddings"  # ViT/DeiT: a Parameter (1, k + HW, d), no ".weight"
+_CLIP_PE = "embeddings.position_embedding.weight"  # CLIP's vision tower: an nn.Embedding (1 + HW, d)
+_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style (incl. ELECTRA, ALBERT, DistilBERT), GPT-2-style "
+              "(incl. GPT-Neo), ViT, DeiT and CLIP-vision models (tensors: README, --view)")
 
 
 class _HF(NamedTuple):
@@ -119,6 +136,39 @@ _BERT_STYLE = {
 _GPT2_STYLE = {
     "gpt2": _HF(("gpt2",), "h.0.attn.c_attn", None, None, "n_head"),
     "gpt_neo": _HF(("gpt_neo",), "h.0.attn.attention.q_proj", "h.0.attn.attention.k_proj", None, "num_heads"),
+}
+
+
+class _ViT(NamedTuple):
+    """Where a vision family keeps what reads its table for a blank image, after the model prefix: the config model
+    types, the first attention layer's query and key Linears, the layer norm in front of the encoder (CLIP's
+    ``pre_layrnorm``; None: none), block 0's norm before attention, the patch conv (None: it has no bias, so a
+    blank image's patch token is 0), the tokens put before the patches (in order; each gets one leading table row),
+    and the config's default layer_norm_eps."""
+
+    types: tuple[str, ...]
+    q: str
+    k: str
+    pre_ln: str | None
+    ln: str
+    patch: str | None
+    tokens: tuple[str, ...]
+    eps: float
+
+
+_CLIP_MODEL = "clip"  # a full CLIP model: its vision_model part is read as clip_vision_model
+_VIT_BLOCK = "encoder.layer.0."
+# DeiT first: with no config, its distillation token tells it from ViT (same names otherwise)
+_VIT_STYLE = {
+    arch: _ViT((arch,), _VIT_BLOCK + "attention.attention.query", _VIT_BLOCK + "attention.attention.key", None,
+               _VIT_BLOCK + "layernorm_before", "embeddings.patch_embeddings.projection", tokens, 1e-12)
+    for arch, tokens in (("deit", ("embeddings.cls_token", "embeddings.distillation_token")),
+                         ("vit", ("embeddings.cls_token",)))
+}
+_CLIP_STYLE = {
+    "clip_vision": _ViT(("clip_vision_model",), "encoder.layers.0.self_attn.q_proj",
+                        "encoder.layers.0.self_attn.k_proj", "pre_layrnorm", "encoder.layers.0.layer_norm1", None,
+                        ("embeddings.class_embedding",), 1e-5),
 }
 # a first-layer query/key weight of any model, to name what reads the table in an unsupported one
 _FIRST_QK = re.compile(r"(?:^|\.)0\.(?:.*\.)?(?:q|k|query|key|qkv|wqkv|c_attn|query_key_value|in_proj"
@@ -256,9 +306,10 @@ def kernel_distance_correlation(A: np.ndarray, coords: np.ndarray) -> float:
 class _Reader:
     """The maps between a PE table P (N, d) and the first attention layer that reads it.
 
-    x = P + offset -> layer norm (``ln``: weight, bias, eps, or None) -> q = x @ wq + bq, k = x @ wk + bk.
-    ``extra`` (m, d) or None: inputs of leading tokens that carry no PE but that this layer attends to
-    (a CLS token), before the layer norm.
+    x = P + offset -> layer norm(s) -> q = x @ wq + bq, k = x @ wk + bk. The norms: ``pre_ln`` (CLIP's
+    ``pre_layrnorm`` after its embeddings), then ``ln`` (the block's own before attention); each weight, bias, eps,
+    or None. ``extra`` (m, d) or None: inputs of leading tokens that this layer attends to but that the view does not
+    cover (a CLS token, with its own position row if it has one), before the layer norms.
     """
 
     architecture: str
@@ -274,6 +325,7 @@ class _Reader:
     window: int | None = None  # causal and local: i attends to i - window < j <= i only
     scale: float | None = None  # None: 1 / sqrt(d_head)
     extra: np.ndarray | None = None
+    pre_ln: tuple[np.ndarray, np.ndarray, float] | None = None
     input: str = ""
     tensors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -283,8 +335,13 @@ class _Reader:
         return self.wq.shape[1] // self.n_heads
 
     def inputs(self, P: np.ndarray) -> np.ndarray:
-        x = P + self.offset if self.offset is not None else P
-        return _layer_norm(x, *self.ln) if self.ln is not None else x
+        return self.normed(P + self.offset if self.offset is not None else P)
+
+    def normed(self, x: np.ndarray) -> np.ndarray:
+        """Token inputs ``x`` through the layer norms in front of attention (none, one, or CLIP's two)."""
+        for ln in (self.pre_ln, self.ln):
+            x = _layer_norm(x, *ln) if ln is not None else x
+        return x
 
     def project(self, x: np.ndarray, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Queries and keys of inputs ``x``: all heads' columns, or one head's."""
@@ -298,8 +355,7 @@ class _Reader:
         n = P.shape[0]
         m = 0
         if self.extra is not None:
-            xe = _layer_norm(self.extra, *self.ln) if self.ln is not None else self.extra
-            k = np.concatenate([self.project(xe, head)[1], k])  # extra keys first, as in the model
+            k = np.concatenate([self.project(self.normed(self.extra), head)[1], k])  # extra keys first, as in the model
             m = self.extra.shape[0]
         h, dh = (self.n_heads if head is None else 1), self.d_head
         qh = q.reshape(n, h, dh).transpose(1, 0, 2)  # (h, N, dh)
@@ -320,7 +376,9 @@ class _Reader:
         return grid, mass
 
 
-def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, lead: np.ndarray) -> _Reader:
+    """What reads table ``name`` in its first attention layer; ``lead``: the leading rows dropped from the table
+    (a ViT's CLS row(s), which go into those tokens' inputs)."""
     if _OURS_TABLE.match(name) and (meta.get("source_kind") == "pe-probe-checkpoint"
                                     or "embed.bias" in state and "blocks.0.attn.qkv.weight" in state):
         return _ours(state, meta, name)
@@ -328,8 +386,13 @@ def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) ->
         return _bert(state, meta, name)
     if name == _GPT2_PE or name.endswith("." + _GPT2_PE):
         return _gpt2(state, meta, name)
+    if name == _VIT_PE or name.endswith("." + _VIT_PE):
+        return _vision(state, meta, name, lead, _VIT_PE, _VIT_STYLE)
+    if name == _CLIP_PE or name.endswith("." + _CLIP_PE):
+        return _vision(state, meta, name, lead, _CLIP_PE, _CLIP_STYLE)
     model_type = (meta.get("config") or {}).get("model_type")
-    known = any(model_type in hf.types for hf in (*_BERT_STYLE.values(), *_GPT2_STYLE.values()))
+    known = model_type == _CLIP_MODEL or any(model_type in hf.types for hf in (
+        *_BERT_STYLE.values(), *_GPT2_STYLE.values(), *_VIT_STYLE.values(), *_CLIP_STYLE.values()))
     raise _unsupported(_kind(model_type) if model_type is not None and not known
                        else f"{show_path(name)} is none of their PE tables")
 
@@ -446,6 +509,67 @@ def _gpt2(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
                    tensors=need, notes=notes)
 
 
+def _vision(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, lead: np.ndarray, suffix: str,
+            layouts: dict[str, _ViT]) -> _Reader:
+    """ViT, DeiT or CLIP's vision tower, as the first attention layer reads its table for a blank (all-zero) image:
+    a patch token is the patch conv's bias (none in CLIP: 0) + its position row; the CLS (DeiT: and distillation)
+    token is its tensor + its own leading row (``lead``), attended to as a key that the view does not cover."""
+    pre = name[: -len(suffix)]
+    arch, lay = _vision_layout(state, meta, name, pre, layouts)
+    cfg = _sub_config(name, meta.get("config"))
+    q, k = pre + lay.q, pre + lay.k
+    tokens = [pre + t for t in lay.tokens]
+    norms = ([pre + lay.pre_ln] if lay.pre_ln else []) + [pre + lay.ln]
+    biased = cfg.get("qkv_bias", True) is not False  # ViTConfig.qkv_bias: False saves no query/key bias
+    need = tokens + ([pre + lay.patch + ".bias"] if lay.patch else [])
+    need += [f"{m}.{t}" for m in norms for t in ("weight", "bias")]
+    need += [f"{m}.{t}" for m in (q, k) for t in (("weight", "bias") if biased else ("weight",))]
+    _require(state, need, name)
+    m, d = lead.shape
+    if m != len(tokens):
+        what = "CLS row" if len(tokens) == 1 else "CLS and distillation rows"
+        raise InputError(f"{show_path(name)}: a {arch} table starts with {len(tokens)} {what} (the views cover the "
+                         f"patches), but {m} row(s) were dropped; use --drop-extra-tokens {len(tokens)}, or --view raw")
+    extra = []
+    for t, row in zip(tokens, lead):
+        token = _f64(state[t]).reshape(-1)
+        if token.shape != (d,):
+            raise InputError(f"{show_path(t)} has {token.size} values but the table {show_path(name)} has width {d}; "
+                             f"pick the right table with --param")
+        extra.append(token + row)
+    heads = _heads(cfg, ("num_attention_heads",), name)
+    eps = float(cfg.get("layer_norm_eps", lay.eps))
+    lns = [(_f64(state[n + ".weight"]), _f64(state[n + ".bias"]), eps) for n in norms]  # [pre_ln,] ln
+    ln_pre, ln = (None, *lns)[-2:]
+    (wq, bq), (wk, bk) = _linear(state, q, biased), _linear(state, k, biased)
+    offset = _f64(state[pre + lay.patch + ".bias"]) if lay.patch else None
+    what = f"{pre}{lay.patch}.bias + P" if lay.patch else "P"
+    names = " + ".join(t.rsplit(".", 1)[1] for t in tokens)
+    notes = [f"blank (all-zero) image: a patch's token part is "
+             + (f"the patch conv's bias ({pre}{lay.patch}.bias)" if lay.patch else "0 (the patch conv has no bias)"),
+             f"{names}: attended to (each its tensor + its own position row), not covered by the views; the kernel "
+             f"is the attention among patches (renormalised); random tables for the chance level replace the patch "
+             f"rows only"]
+    return _Reader(arch, 0, heads, offset, ln, wq, bq, wk, bk, extra=np.stack(extra), pre_ln=ln_pre,
+                   input=f"{what} -> {' -> '.join(norms)} -> {q}/{lay.k.rsplit('.', 1)[1]}", tensors=need, notes=notes)
+
+
+def _vision_layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, pre: str,
+                   layouts: dict[str, _ViT]) -> tuple[str, _ViT]:
+    """The vision family of this table: by the model_type of its part's config (a full CLIP model: the tower the
+    table sits in), else the first layout whose tokens are all beside the table; another model type is refused."""
+    config = meta.get("config") or {}
+    model_type = _sub_config(name, config).get("model_type") or config.get("model_type")
+    if model_type == _CLIP_MODEL:  # a CLIP config without its towers' model types
+        model_type = "clip_vision_model" if pre.endswith("vision_model.") else "clip_text_model"
+    for arch, lay in layouts.items():
+        if model_type in lay.types if model_type is not None else all(pre + t in state for t in lay.tokens):
+            return arch, lay
+    if model_type is None:  # _require will say what is missing
+        return list(layouts.items())[-1]
+    raise _unsupported(_kind(model_type))
+
+
 def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,
             layouts: dict[str, _HF]) -> tuple[str, _HF]:
     """The family layout of this model: by its config's model_type, else by which query tensor it has. A given model
@@ -468,12 +592,12 @@ def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,
 def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_tokens):
     """({head: (table, info)}, ground truth of the viewed rows or None, (reader or None for raw, the viewed rows))
     for one table; head None = all heads."""
-    P = _as_table(store, name, name).astype(np.float64)
+    table = _as_table(store, name, name).astype(np.float64)
     gt = meta.get("ground_truth")
-    extra, note = _extra_tokens(name, P.shape[0], meta.get("config"), drop_extra_tokens, gt,
+    extra, note = _extra_tokens(name, table.shape[0], meta.get("config"), drop_extra_tokens, gt,
                                 str(meta.get("source") or "source"), store)
     notes = [note] if extra else []
-    P = P[extra:]
+    P = table[extra:]
     span, n_rows = None, P.shape[0]
     if gt is not None and gt.n != P.shape[0]:
         gt = None
@@ -488,7 +612,7 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     if view == "raw":
         return {None: (P, base)}, gt, (None, P)
 
-    r = _reader(state, meta, name)
+    r = _reader(state, meta, name, table[:extra])
     d = P.shape[1]
     if r.wq.shape[0] != d or (r.offset is not None and r.offset.shape[-1] != d):
         raise InputError(f"{name} has width {d} but the attention weights that read it expect {r.wq.shape[0]}; "
@@ -580,9 +704,10 @@ def _f64(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
 
-def _linear(state: Mapping[str, np.ndarray], module: str) -> tuple[np.ndarray, np.ndarray]:
-    """A torch Linear (weight (out, in)) as (W, b) with x @ W + b."""
-    return _f64(state[module + ".weight"]).T, _f64(state[module + ".bias"])
+def _linear(state: Mapping[str, np.ndarray], module: str, bias: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """A torch Linear (weight (out, in)) as (W, b) with x @ W + b (b = 0 for a Linear without bias)."""
+    w = _f64(state[module + ".weight"]).T
+    return w, _f64(state[module + ".bias"]) if bias else np.zeros(w.shape[1])
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:

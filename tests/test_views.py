@@ -579,8 +579,8 @@ def test_unsupported_table_messages_are_short_and_point_to_the_readme(rng):
     with pytest.raises(InputError) as e:
         view_tables(state, {}, "q")
     assert len(str(e.value)) < 300 and "README" in str(e.value) and "encoder.pos_embed" in str(e.value)
-    with pytest.raises(InputError, match="model_type vit;") as e:
-        view_tables(state, {"config": {"model_type": "vit"}}, "kernel")
+    with pytest.raises(InputError, match="model_type beit;") as e:
+        view_tables(state, {"config": {"model_type": "beit"}}, "kernel")
     assert len(str(e.value)) < 300
     # a supported model's other tensor: not 'this is model_type bert', which --view does read
     with pytest.raises(InputError, match="bert.embeddings.word_embeddings.weight is none of their PE tables"):
