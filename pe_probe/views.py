@@ -43,11 +43,11 @@ Architectures (anything else gets the raw view only, and an InputError for the o
   ``num_heads``; logits NOT scaled by 1/sqrt(d_head), as GPT-Neo does not scale them; a ``"local"``
   first layer in ``attention_layers`` sees only the last ``window_size`` positions). Both attend
   causally, so the kernel is causal (``info["causal"]``): position i attends to positions <= i only.
-* **Vision Transformers** (Hugging Face; ``model_type`` vit, deit, clip_vision_model, or a clip model's
+* **Vision Transformers** (Hugging Face; ``model_type`` vit, deit, dinov2, clip_vision_model, or a clip model's
   ``vision_model.`` part), as the first layer reads the table for a blank (all-zero) image: ViT/DeiT
   ``[prefix.]embeddings.position_embeddings`` (1, k + HW, d); a patch's input is the patch conv's bias
-  ``embeddings.patch_embeddings.projection.bias`` + P_i; then ``encoder.layer.0.layernorm_before`` (eps: config
-  ``layer_norm_eps``, default 1e-12) and ``encoder.layer.0.attention.attention.query`` / ``.key`` (no biases when
+  ``embeddings.patch_embeddings.projection.bias`` + P_i; then ``encoder.layer.0.layernorm_before`` (DINOv2
+  ``encoder.layer.0.norm1``; eps: config ``layer_norm_eps``, default 1e-12, DINOv2 1e-6) and ``encoder.layer.0.attention.attention.query`` / ``.key`` (no biases when
   config ``qkv_bias`` is false). CLIP ``embeddings.position_embedding.weight``; the patch conv has no bias (token part
   0); then ``pre_layrnorm`` and ``encoder.layers.0.layer_norm1`` (two layer norms, eps default 1e-5), then
   ``encoder.layers.0.self_attn.q_proj`` / ``k_proj``. Heads from ``num_attention_heads``. The k leading rows that
@@ -64,7 +64,7 @@ Another model type is refused with its name; which tensors each family reads is 
 (``--view``).
 
 Every ``info`` dict is JSON-able. Keys for all views: ``view``; ``architecture`` ("pe-probe",
-"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo", "vit", "deit", "clip_vision"; None for
+"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo", "vit", "deit", "dinov2", "clip_vision"; None for
 raw); ``param``
 (table name); ``layer`` (index, ``"mean"``, or None for a single table); ``block`` (index of the
 attention layer that reads the table; None for raw); ``head`` (None: all heads, concatenated for q/k/qk
@@ -108,8 +108,8 @@ _BERT_PE = "embeddings.position_embeddings.weight"
 _GPT2_PE = "wpe.weight"
 _VIT_PE = "embeddings.position_embeddings"  # ViT/DeiT: a Parameter (1, k + HW, d), no ".weight"
 _CLIP_PE = "embeddings.position_embedding.weight"  # CLIP's vision tower: an nn.Embedding (1 + HW, d)
-_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style (incl. ELECTRA, ALBERT, DistilBERT), GPT-2-style "
-              "(incl. GPT-Neo), ViT, DeiT and CLIP-vision models (tensors: README, --view)")
+_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style, GPT-2-style and ViT-style (ViT, DeiT, DINOv2, "
+              "CLIP vision) models (the list and tensors: README, --view)")
 
 
 class _HF(NamedTuple):
@@ -158,12 +158,14 @@ class _ViT(NamedTuple):
 
 _CLIP_MODEL = "clip"  # a full CLIP model: its vision_model part is read as clip_vision_model
 _VIT_BLOCK = "encoder.layer.0."
-# DeiT first: with no config, its distillation token tells it from ViT (same names otherwise)
+# DeiT first: with no config, its distillation token tells it from ViT (same names otherwise); DINOv2 differs from
+# ViT in its block's norm (norm1) and eps. Register tokens (dinov2_with_registers) get no position row: not read.
 _VIT_STYLE = {
     arch: _ViT((arch,), _VIT_BLOCK + "attention.attention.query", _VIT_BLOCK + "attention.attention.key", None,
-               _VIT_BLOCK + "layernorm_before", "embeddings.patch_embeddings.projection", tokens, 1e-12)
-    for arch, tokens in (("deit", ("embeddings.cls_token", "embeddings.distillation_token")),
-                         ("vit", ("embeddings.cls_token",)))
+               _VIT_BLOCK + ln, "embeddings.patch_embeddings.projection", tokens, eps)
+    for arch, tokens, ln, eps in (("deit", ("embeddings.cls_token", "embeddings.distillation_token"), "layernorm_before", 1e-12),
+                                  ("vit", ("embeddings.cls_token",), "layernorm_before", 1e-12),
+                                  ("dinov2", ("embeddings.cls_token",), "norm1", 1e-6))
 }
 _CLIP_STYLE = {
     "clip_vision": _ViT(("clip_vision_model",), "encoder.layers.0.self_attn.q_proj",
@@ -557,13 +559,15 @@ def _vision(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, le
 def _vision_layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, pre: str,
                    layouts: dict[str, _ViT]) -> tuple[str, _ViT]:
     """The vision family of this table: by the model_type of its part's config (a full CLIP model: the tower the
-    table sits in), else the first layout whose tokens are all beside the table; another model type is refused."""
+    table sits in), else the first layout whose tokens and block norm are all beside the table; another model type is
+    refused."""
     config = meta.get("config") or {}
     model_type = _sub_config(name, config).get("model_type") or config.get("model_type")
     if model_type == _CLIP_MODEL:  # a CLIP config without its towers' model types
         model_type = "clip_vision_model" if pre.endswith("vision_model.") else "clip_text_model"
     for arch, lay in layouts.items():
-        if model_type in lay.types if model_type is not None else all(pre + t in state for t in lay.tokens):
+        if model_type in lay.types if model_type is not None else all(
+                pre + t in state for t in (*lay.tokens, lay.ln + ".weight")):
             return arch, lay
     if model_type is None:  # _require will say what is missing
         return list(layouts.items())[-1]

@@ -1,4 +1,4 @@
-"""The q/k/kernel views of ViT, DeiT and CLIP's vision tower on planted states (numpy only).
+"""The q/k/kernel views of ViT, DeiT, DINOv2 and CLIP's vision tower on planted states (numpy only).
 
 The hand computation runs the first attention layer the way those models do for a blank (all-zero) image: every
 token's input (CLS and distillation tokens included) through the layer norm(s) and the query/key Linears, softmax
@@ -33,7 +33,8 @@ def norm(rng, prefix, state):
 
 
 def vit_state(rng, arch="vit", prefix="vit.", bias=True):
-    """A HF ViT (DeiT: with a distillation token) as saved: table (1, k + N, D), tokens (1, 1, D)."""
+    """A HF ViT (DeiT: with a distillation token; DINOv2: block norm norm1) as saved: table (1, k + N, D), tokens
+    (1, 1, D)."""
     k = 2 if arch == "deit" else 1
     s = {prefix + "embeddings.position_embeddings": rng.normal(size=(1, k + N, D)),
          prefix + "embeddings.cls_token": rng.normal(size=(1, 1, D)),
@@ -41,7 +42,7 @@ def vit_state(rng, arch="vit", prefix="vit.", bias=True):
          prefix + "embeddings.patch_embeddings.projection.bias": rng.normal(size=D)}
     if arch == "deit":
         s[prefix + "embeddings.distillation_token"] = rng.normal(size=(1, 1, D))
-    norm(rng, prefix + "encoder.layer.0.layernorm_before", s)
+    norm(rng, prefix + "encoder.layer.0." + ("norm1" if arch == "dinov2" else "layernorm_before"), s)
     for m in ("query", "key", "value"):
         linear(rng, prefix + VIT_ATT + m, s, bias)
     return s
@@ -68,6 +69,8 @@ CASES = {
     "vit": lambda rng: (vit_state(rng), {"config": config("vit"), "ground_truth": grid(4, 4)}, 1e-12),
     "vit-eps": lambda rng: (vit_state(rng, prefix=""), {"config": config("vit", layer_norm_eps=1e-2)}, 1e-2),
     "deit": lambda rng: (vit_state(rng, "deit", prefix="deit."), {"config": config("deit")}, 1e-12),
+    "dinov2": lambda rng: (vit_state(rng, "dinov2", prefix=""), {"config": config("dinov2")}, 1e-6),
+    "dinov2-noconfig": lambda rng: (vit_state(rng, "dinov2", prefix=""), {"config": {"num_attention_heads": HEADS}}, 1e-6),
     "clip_vision": lambda rng: (clip_state(rng), {"config": config("clip_vision_model")}, 1e-5),
     "clip": lambda rng: (clip_state(rng, "vision_model."),
                          {"config": {"model_type": "clip", "vision_config": config("clip_vision_model"),
@@ -89,7 +92,8 @@ def forward(state, eps, start=0, stop=N):
         tokens = [state[pre + "embeddings." + t].reshape(D) for t in ("cls_token", "distillation_token")
                   if pre + "embeddings." + t in state]
         bias = state[pre + "embeddings.patch_embeddings.projection.bias"]
-        norms, att, (qn, kn) = [pre + "encoder.layer.0.layernorm_before"], pre + VIT_ATT, ("query", "key")
+        block_norm = "norm1" if pre + "encoder.layer.0.norm1.weight" in state else "layernorm_before"
+        norms, att, (qn, kn) = [pre + "encoder.layer.0." + block_norm], pre + VIT_ATT, ("query", "key")
     m = len(tokens)
     x = np.vstack([np.array(tokens) + P[:m], (bias + P[m:])[start:stop]])  # (m + n, D), as the model orders them
     for n in norms:
@@ -115,7 +119,7 @@ def test_a_blank_images_kernel_q_and_k_match_the_hand_computed_first_layer(rng, 
     assert info["scale"] == pytest.approx(1 / math.sqrt(D // HEADS)) and info["n_heads"] == HEADS
     m = 2 if case == "deit" else 1
     assert info["extra_tokens"] == m and A.shape == (N, N)
-    assert info["architecture"] == {"vit-eps": "vit", "clip": "clip_vision"}.get(case, case)
+    assert info["architecture"] == {"vit-eps": "vit", "clip": "clip_vision", "dinov2-noconfig": "dinov2"}.get(case, case)
     assert "blank (all-zero) image" in " ".join(info["notes"])
     heads = view_tables(state, meta, "kernel", per_head=True)
     for (lab, Ah, hinfo), expected, mass in zip(heads, kernels, masses):
@@ -225,10 +229,10 @@ def test_no_config_tells_deit_from_vit_and_asks_for_the_head_count(rng):
 
 def test_other_vision_models_and_clips_text_tower_are_refused_by_name(rng):
     state = vit_state(rng, prefix="")
-    for model_type in ("dinov2", "vit_mae"):
+    for model_type in ("dinov2_with_registers", "vit_mae"):
         with pytest.raises(InputError, match=f"model_type {model_type}; use --view raw") as e:
             view_tables(state, {"config": config(model_type)}, "kernel")
-        assert "DeiT and CLIP-vision" in str(e.value) and len(str(e.value)) < 300
+        assert "DINOv2, CLIP vision" in str(e.value) and len(str(e.value)) < 300
     siglip = clip_state(rng)
     with pytest.raises(InputError, match="model_type siglip_vision_model"):
         view_tables(siglip, {"config": config("siglip_vision_model")}, "q")
