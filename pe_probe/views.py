@@ -43,6 +43,9 @@ Architectures (anything else gets the raw view only, and an InputError for the o
   ``num_heads``; logits NOT scaled by 1/sqrt(d_head), as GPT-Neo does not scale them; a ``"local"``
   first layer in ``attention_layers`` sees only the last ``window_size`` positions). Both attend
   causally, so the kernel is causal (``info["causal"]``): position i attends to positions <= i only.
+* **CLIP's text tower** (``model_type`` clip_text_model, or a clip model's ``text_model.`` part):
+  ``embeddings.position_embedding.weight`` -> ``encoder.layers.0.layer_norm1`` (eps: config ``layer_norm_eps``, default
+  1e-5) -> ``encoder.layers.0.self_attn.q_proj`` / ``k_proj``; causal, as GPT-2; no token embedding added.
 * **Vision Transformers** (Hugging Face; ``model_type`` vit, deit, dinov2, clip_vision_model, or a clip model's
   ``vision_model.`` part), as the first layer reads the table for a blank (all-zero) image: ViT/DeiT
   ``[prefix.]embeddings.position_embeddings`` (1, k + HW, d); a patch's input is the patch conv's bias
@@ -64,7 +67,8 @@ Another model type is refused with its name; which tensors each family reads is 
 (``--view``).
 
 Every ``info`` dict is JSON-able. Keys for all views: ``view``; ``architecture`` ("pe-probe",
-"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo", "vit", "deit", "dinov2", "clip_vision"; None for
+"bert" (also RoBERTa, ELECTRA), "albert", "distilbert", "gpt2", "gpt_neo", "clip_text", "vit", "deit", "dinov2",
+"clip_vision"; None for
 raw); ``param``
 (table name); ``layer`` (index, ``"mean"``, or None for a single table); ``block`` (index of the
 attention layer that reads the table; None for raw); ``head`` (None: all heads, concatenated for q/k/qk
@@ -108,8 +112,8 @@ _BERT_PE = "embeddings.position_embeddings.weight"
 _GPT2_PE = "wpe.weight"
 _VIT_PE = "embeddings.position_embeddings"  # ViT/DeiT: a Parameter (1, k + HW, d), no ".weight"
 _CLIP_PE = "embeddings.position_embedding.weight"  # CLIP's vision tower: an nn.Embedding (1 + HW, d)
-_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style, GPT-2-style and ViT-style (ViT, DeiT, DINOv2, "
-              "CLIP vision) models (the list and tensors: README, --view)")
+_SUPPORTED = ("--view q/k/qk/kernel reads pe-probe, BERT-style, GPT-2-style, CLIP text and ViT-style (ViT, DeiT, "
+              "DINOv2, CLIP vision) models (the list and tensors: README, --view)")
 
 
 class _HF(NamedTuple):
@@ -156,7 +160,8 @@ class _ViT(NamedTuple):
     eps: float
 
 
-_CLIP_MODEL = "clip"  # a full CLIP model: its vision_model part is read as clip_vision_model
+_CLIP_MODEL = "clip"  # a full CLIP model: its vision_model part is read as clip_vision_model, text_model as _CLIP_TEXT
+_CLIP_TEXT = "clip_text_model"
 _VIT_BLOCK = "encoder.layer.0."
 # DeiT first: with no config, its distillation token tells it from ViT (same names otherwise); DINOv2 differs from
 # ViT in its block's norm (norm1) and eps. Register tokens (dinov2_with_registers) get no position row: not read.
@@ -391,9 +396,11 @@ def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, le
     if name == _VIT_PE or name.endswith("." + _VIT_PE):
         return _vision(state, meta, name, lead, _VIT_PE, _VIT_STYLE)
     if name == _CLIP_PE or name.endswith("." + _CLIP_PE):
+        if _part_type(state, meta, name, name[: -len(_CLIP_PE)]) == _CLIP_TEXT:
+            return _clip_text(state, meta, name)
         return _vision(state, meta, name, lead, _CLIP_PE, _CLIP_STYLE)
     model_type = (meta.get("config") or {}).get("model_type")
-    known = model_type == _CLIP_MODEL or any(model_type in hf.types for hf in (
+    known = model_type in (_CLIP_MODEL, _CLIP_TEXT) or any(model_type in hf.types for hf in (
         *_BERT_STYLE.values(), *_GPT2_STYLE.values(), *_VIT_STYLE.values(), *_CLIP_STYLE.values()))
     raise _unsupported(_kind(model_type) if model_type is not None and not known
                        else f"{show_path(name)} is none of their PE tables")
@@ -561,10 +568,7 @@ def _vision_layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: 
     """The vision family of this table: by the model_type of its part's config (a full CLIP model: the tower the
     table sits in), else the first layout whose tokens and block norm are all beside the table; another model type is
     refused."""
-    config = meta.get("config") or {}
-    model_type = _sub_config(name, config).get("model_type") or config.get("model_type")
-    if model_type == _CLIP_MODEL:  # a CLIP config without its towers' model types
-        model_type = "clip_vision_model" if pre.endswith("vision_model.") else "clip_text_model"
+    model_type = _part_type(state, meta, name, pre)
     for arch, lay in layouts.items():
         if model_type in lay.types if model_type is not None else all(
                 pre + t in state for t in (*lay.tokens, lay.ln + ".weight")):
@@ -572,6 +576,36 @@ def _vision_layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: 
     if model_type is None:  # _require will say what is missing
         return list(layouts.items())[-1]
     raise _unsupported(_kind(model_type))
+
+
+def _part_type(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, pre: str) -> str | None:
+    """The model_type of the part that holds table ``name``: its own config's (a composite model's part), a full CLIP
+    model's tower by the table's prefix, or, with no config, CLIP's text tower when a token embedding and no class
+    embedding sit beside the table."""
+    config = meta.get("config") or {}
+    model_type = _sub_config(name, config).get("model_type") or config.get("model_type")
+    if model_type == _CLIP_MODEL:  # a CLIP config without its towers' model types
+        model_type = "clip_vision_model" if pre.endswith("vision_model.") else _CLIP_TEXT
+    if model_type is None and pre + "embeddings.token_embedding.weight" in state \
+            and pre + "embeddings.class_embedding" not in state:
+        model_type = _CLIP_TEXT
+    return model_type
+
+
+def _clip_text(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
+    """CLIP's text tower: P -> layer 0's layer_norm1 -> self_attn.q_proj / k_proj (biases; scale 1/sqrt(d_head)),
+    causal (CLIPTextTransformer masks later tokens). No token embedding is added: the view is of positions alone."""
+    pre = name[: -len(_CLIP_PE)]
+    cfg = _sub_config(name, meta.get("config"))
+    ln, q, k = (pre + "encoder.layers.0." + m for m in ("layer_norm1", "self_attn.q_proj", "self_attn.k_proj"))
+    need = [f"{m}.{t}" for m in (ln, q, k) for t in ("weight", "bias")]
+    _require(state, need, name)
+    (wq, bq), (wk, bk) = _linear(state, q), _linear(state, k)
+    norm = (_f64(state[ln + ".weight"]), _f64(state[ln + ".bias"]), float(cfg.get("layer_norm_eps", 1e-5)))
+    return _Reader("clip_text", 0, _heads(cfg, ("num_attention_heads",), name), None, norm, wq, bq, wk, bk, causal=True,
+                   input=f"P -> {ln} -> {q}/k_proj", tensors=need,
+                   notes=["no token embedding added: the view is of positions alone",
+                          "causal attention: i attends to j <= i"])
 
 
 def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,

@@ -227,7 +227,7 @@ def test_no_config_tells_deit_from_vit_and_asks_for_the_head_count(rng):
     np.testing.assert_allclose(A, np.mean(forward(state, 1e-12)[0], 0), atol=1e-9)
 
 
-def test_other_vision_models_and_clips_text_tower_are_refused_by_name(rng):
+def test_other_vision_models_are_refused_by_name(rng):
     state = vit_state(rng, prefix="")
     for model_type in ("dinov2_with_registers", "vit_mae"):
         with pytest.raises(InputError, match=f"model_type {model_type}; use --view raw") as e:
@@ -236,13 +236,49 @@ def test_other_vision_models_and_clips_text_tower_are_refused_by_name(rng):
     siglip = clip_state(rng)
     with pytest.raises(InputError, match="model_type siglip_vision_model"):
         view_tables(siglip, {"config": config("siglip_vision_model")}, "q")
+
+
+def text_tower(rng, state, prefix="text_model."):
+    """CLIP's text tower beside ``state``: a (N, D) table, token embedding, layer_norm1, q/k/v_proj."""
+    state[prefix + "embeddings.position_embedding.weight"] = rng.normal(size=(N, D))
+    state[prefix + "embeddings.token_embedding.weight"] = rng.normal(size=(50, D))
+    norm(rng, prefix + "encoder.layers.0.layer_norm1", state)
+    for m in ("q_proj", "k_proj", "v_proj"):
+        linear(rng, prefix + CLIP_ATT + m, state)
+    return state
+
+
+def causal_kernel(state, prefix, eps):
+    """CLIP text's layer 0 by hand: P -> layer_norm1 -> q/k, per-head causal softmax, mean over heads."""
+    x = layer_norm(state[prefix + "embeddings.position_embedding.weight"], state[prefix + "encoder.layers.0.layer_norm1.weight"],
+                   state[prefix + "encoder.layers.0.layer_norm1.bias"], eps)
+    q = x @ state[prefix + CLIP_ATT + "q_proj.weight"].T + state[prefix + CLIP_ATT + "q_proj.bias"]
+    k = x @ state[prefix + CLIP_ATT + "k_proj.weight"].T + state[prefix + CLIP_ATT + "k_proj.bias"]
+    h, later = D // HEADS, np.triu(np.ones((N, N), dtype=bool), 1)
+    return np.mean([softmax(np.where(later, -np.inf, q[:, s] @ k[:, s].T / math.sqrt(h))) for s in (slice(0, h), slice(h, D))], 0), q
+
+
+def test_clips_text_tower_is_read_causally_in_every_layout(rng):
+    name = "text_model.embeddings.position_embedding.weight"
     full, meta, _ = CASES["clip"](rng)
-    full["text_model.embeddings.position_embedding.weight"] = rng.normal(size=(N, D))
-    with pytest.raises(InputError, match="model_type clip_text_model"):
-        view_tables(full, meta, "q", pe_param="text_model.embeddings.position_embedding.weight")
+    text_tower(rng, full)
+    meta["config"]["text_config"].update(num_attention_heads=HEADS, layer_norm_eps=1e-3)
+    expected, q = causal_kernel(full, "text_model.", 1e-3)
+    (_, A, info), = view_tables(full, meta, "kernel", pe_param=name)
+    np.testing.assert_allclose(A, expected, atol=1e-9)
+    assert info["architecture"] == "clip_text" and info["causal"] is True and info["extra_tokens"] == 0
+    np.testing.assert_allclose(one(view_tables(full, meta, "q", pe_param=name))[1], q, atol=1e-9)
+    # a CLIP config without its towers' model types: each tower by its prefix; a text tower alone with no config
     vision = {k: v for k, v in config("clip_vision_model").items() if k != "model_type"}
-    no_tower_types = dict(meta, config={"model_type": "clip", "vision_config": vision})  # the towers' types left out
-    with pytest.raises(InputError, match="model_type clip_text_model"):
-        view_tables(full, no_tower_types, "q", pe_param="text_model.embeddings.position_embedding.weight")
+    no_tower_types = dict(meta, config={"model_type": "clip", "vision_config": vision,
+                                        "text_config": {"num_attention_heads": HEADS, "layer_norm_eps": 1e-3}})
+    np.testing.assert_allclose(one(view_tables(full, no_tower_types, "kernel", pe_param=name))[1], expected, atol=1e-9)
     (_, _, info), = view_tables(full, no_tower_types, "q", pe_param="vision_model.embeddings.position_embedding.weight")
     assert info["architecture"] == "clip_vision"
+    alone = text_tower(rng, {})
+    (_, A, info), = view_tables(alone, {"config": {"num_attention_heads": HEADS}}, "kernel")
+    np.testing.assert_allclose(A, causal_kernel(alone, "text_model.", 1e-5)[0], atol=1e-9)
+    assert info["architecture"] == "clip_text"
+    del alone["text_model.encoder.layers.0.self_attn.k_proj.bias"]
+    with pytest.raises(InputError, match="k_proj.bias"):
+        view_tables(alone, {"config": {"num_attention_heads": HEADS}}, "q")
