@@ -399,7 +399,7 @@ def _reader(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, le
         if _part_type(state, meta, name, name[: -len(_CLIP_PE)]) == _CLIP_TEXT:
             return _clip_text(state, meta, name)
         return _vision(state, meta, name, lead, _CLIP_PE, _CLIP_STYLE)
-    model_type = (meta.get("config") or {}).get("model_type")
+    model_type = _part_type(state, meta, name, "")
     known = model_type in (_CLIP_MODEL, _CLIP_TEXT) or any(model_type in hf.types for hf in (
         *_BERT_STYLE.values(), *_GPT2_STYLE.values(), *_VIT_STYLE.values(), *_CLIP_STYLE.values()))
     raise _unsupported(_kind(model_type) if model_type is not None and not known
@@ -453,11 +453,11 @@ def _ours(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
 def _bert(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_BERT_PE)]
     emb = pre + "embeddings."
-    arch, hf = _layout(state, meta, pre, _BERT_STYLE)
+    arch, hf = _layout(state, meta, name, pre, _BERT_STYLE)
     q, k = pre + hf.q, pre + hf.k
     need = [emb + "LayerNorm.weight", emb + "LayerNorm.bias"] + [f"{m}.{t}" for m in (q, k) for t in ("weight", "bias")]
     _require(state, need, name)
-    config = meta.get("config") or {}
+    config = _sub_config(name, meta.get("config"))  # an encoder-decoder's part: its own config
     heads = _heads(config, (hf.heads,), name)
     notes = []
     offset, what = None, "P"
@@ -486,12 +486,12 @@ def _bert(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
 def _gpt2(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _Reader:
     pre = name[: -len(_GPT2_PE)]
     blk = pre + "h.0."
-    arch, hf = _layout(state, meta, pre, _GPT2_STYLE)
+    arch, hf = _layout(state, meta, name, pre, _GPT2_STYLE)
     q = pre + hf.q
     attn = [q + ".weight", q + ".bias"] if hf.k is None else [q + ".weight", pre + hf.k + ".weight"]
     need = [blk + "ln_1.weight", blk + "ln_1.bias"] + attn
     _require(state, need, name)
-    config = meta.get("config") or {}
+    config = _sub_config(name, meta.get("config"))
     heads = _heads(config, (hf.heads, "num_attention_heads"), name)
     eps = float(config.get("layer_norm_epsilon", 1e-5))
     ln = (_f64(state[blk + "ln_1.weight"]), _f64(state[blk + "ln_1.bias"]), eps)
@@ -608,11 +608,12 @@ def _clip_text(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str)
                           "causal attention: i attends to j <= i"])
 
 
-def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], pre: str,
+def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, pre: str,
             layouts: dict[str, _HF]) -> tuple[str, _HF]:
-    """The family layout of this model: by its config's model_type, else by which query tensor it has. A given model
-    type decides, since another architecture may use the same names for other maps (ESM: a LayerNorm before them)."""
-    model_type = (meta.get("config") or {}).get("model_type")
+    """The family layout of this model: by its part's config's model_type (`_part_type`: an encoder-decoder's
+    encoder or decoder), else by which query tensor it has. A given model type decides, since another architecture
+    may use the same names for other maps (ESM: a LayerNorm before them)."""
+    model_type = _part_type(state, meta, name, pre)
     for arch, hf in layouts.items():
         if model_type in hf.types if model_type is not None else pre + hf.q + ".weight" in state:
             return arch, hf

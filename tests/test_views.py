@@ -594,3 +594,27 @@ def test_a_pe_probe_checkpoint_with_a_tensor_missing_says_which_not_unrecognised
     with pytest.raises(InputError) as e:
         view_tables(state, ours_meta(state), "q")
     assert "missing" in str(e.value) and "blocks.0.attn.qkv.weight" in str(e.value) and "BERT" not in str(e.value)
+
+
+def test_an_encoder_decoders_parts_are_read_with_their_own_configs(rng):
+    """A BERT encoder and a GPT-2 decoder in one folder (transformers' EncoderDecoderModel): each part's model type,
+    head count and layer-norm eps come from its own sub-config, not the top-level "encoder-decoder" one."""
+    P, Q = rng.normal(size=(N, D)), rng.normal(size=(N, D))
+    w, b, ln_w, ln_b = rng.normal(size=(D, 3 * D)), rng.normal(size=3 * D), rng.normal(size=D), rng.normal(size=D)
+    state = {**bert_state(P, wq=rng.normal(size=(D, D)), wk=rng.normal(size=(D, D)), prefix="encoder."),
+             **gpt2_state(Q, w, b, ln_w, ln_b, prefix="decoder.transformer.")}
+    enc = {"model_type": "bert", "num_attention_heads": 2, "layer_norm_eps": 1e-12}
+    dec = {"model_type": "gpt2", "n_head": 4, "layer_norm_epsilon": 1e-3}
+    meta = {"config": {"model_type": "encoder-decoder", "encoder": enc, "decoder": dec}}
+    got = view_tables(state, meta, "kernel", pe_param="encoder.embeddings.position_embeddings.weight")
+    alone = view_tables({k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")},
+                        {"config": enc}, "kernel")
+    np.testing.assert_allclose(one(got)[1], one(alone)[1], atol=1e-12)
+    assert one(got)[2]["architecture"] == "bert" and one(got)[2]["n_heads"] == 2
+    (_, A, info), = view_tables(state, meta, "kernel", pe_param="decoder.transformer.wpe.weight")
+    assert info["architecture"] == "gpt2" and info["n_heads"] == 4 and info["causal"] is True
+    qkv = layer_norm(Q, ln_w, ln_b, 1e-3) @ w + b
+    h, later = D // 4, np.triu(np.ones((N, N), dtype=bool), 1)
+    expected = np.mean([softmax(np.where(later, -np.inf, qkv[:, s] @ qkv[:, D + s.start : D + s.stop].T / math.sqrt(h)))
+                        for s in (slice(i * h, (i + 1) * h) for i in range(4))], 0)
+    np.testing.assert_allclose(A, expected, atol=1e-9)
