@@ -162,6 +162,8 @@ class _ViT(NamedTuple):
 
 _CLIP_MODEL = "clip"  # a full CLIP model: its vision_model part is read as clip_vision_model, text_model as _CLIP_TEXT
 _CLIP_TEXT = "clip_text_model"
+# what a causal text model's view (GPT-2-style, CLIP text) leaves out and how it attends
+_CAUSAL_POSITIONS_NOTES = ("no token embedding added: the view is of positions alone", "causal attention: i attends to j <= i")
 _VIT_BLOCK = "encoder.layer.0."
 # DeiT first: with no config, its distillation token tells it from ViT (same names otherwise); DINOv2 differs from
 # ViT in its block's norm (norm1) and eps. Register tokens (dinov2_with_registers) get no position row: not read.
@@ -495,7 +497,7 @@ def _gpt2(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str) -> _
     heads = _heads(config, (hf.heads, "num_attention_heads"), name)
     eps = float(config.get("layer_norm_epsilon", 1e-5))
     ln = (_f64(state[blk + "ln_1.weight"]), _f64(state[blk + "ln_1.bias"]), eps)
-    notes = ["no token embedding added: the view is of positions alone", "causal attention: i attends to j <= i"]
+    notes = list(_CAUSAL_POSITIONS_NOTES)
     window = None
     if hf.k is None:  # GPT-2's c_attn, a Conv1D: x @ W + b, W (d, 3d), columns [q | k | v]
         w, b = _f64(state[q + ".weight"]), _f64(state[q + ".bias"])
@@ -548,8 +550,8 @@ def _vision(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, le
         extra.append(token + row)
     heads = _heads(cfg, ("num_attention_heads",), name)
     eps = float(cfg.get("layer_norm_eps", lay.eps))
-    lns = [(_f64(state[n + ".weight"]), _f64(state[n + ".bias"]), eps) for n in norms]  # [pre_ln,] ln
-    ln_pre, ln = (None, *lns)[-2:]
+    lns = [(_f64(state[n + ".weight"]), _f64(state[n + ".bias"]), eps) for n in norms]
+    ln_pre, ln = (lns[0] if lay.pre_ln else None), lns[-1]
     (wq, bq), (wk, bk) = _linear(state, q, biased), _linear(state, k, biased)
     offset = _f64(state[pre + lay.patch + ".bias"]) if lay.patch else None
     what = f"{pre}{lay.patch}.bias + P" if lay.patch else "P"
@@ -604,8 +606,7 @@ def _clip_text(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str)
     norm = (_f64(state[ln + ".weight"]), _f64(state[ln + ".bias"]), float(cfg.get("layer_norm_eps", 1e-5)))
     return _Reader("clip_text", 0, _heads(cfg, ("num_attention_heads",), name), None, norm, wq, bq, wk, bk, causal=True,
                    input=f"P -> {ln} -> {q}/k_proj", tensors=need,
-                   notes=["no token embedding added: the view is of positions alone",
-                          "causal attention: i attends to j <= i"])
+                   notes=list(_CAUSAL_POSITIONS_NOTES))
 
 
 def _layout(state: Mapping[str, np.ndarray], meta: dict[str, Any], name: str, pre: str,

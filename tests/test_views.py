@@ -439,10 +439,11 @@ def factorised_state(rng, q, k, proj):
     }
 
 
-def two_head_kernel(q, k, scale, mask=None):
-    h = q.shape[1] // 2
+def mean_head_kernel(q, k, scale, mask=None, heads=2):
+    """Softmax(q k^T * scale) per head (columns split evenly), masked where ``mask`` is True, averaged over heads."""
+    h = q.shape[1] // heads
     out = []
-    for s in (slice(0, h), slice(h, 2 * h)):
+    for s in (slice(i * h, (i + 1) * h) for i in range(heads)):
         logits = q[:, s] @ k[:, s].T * scale
         out.append(softmax(logits if mask is None else np.where(mask, -np.inf, logits)))
     return np.mean(out, 0)
@@ -468,7 +469,7 @@ def test_factorised_embeddings_pass_the_projection_before_attention(rng, model_t
     assert info["d_head"] == H // 2 and proj in info["input"] and proj + ".weight" in info["tensors"]
     assert info["architecture"] == ("albert" if model_type == "albert" else "bert")
     _, A, kinfo = one(view_tables(s, meta, "kernel"))
-    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(H // 2)), atol=1e-9)
+    np.testing.assert_allclose(A, mean_head_kernel(q_exp, k_exp, 1 / math.sqrt(H // 2)), atol=1e-9)
     assert kinfo["causal"] is False
 
 
@@ -499,7 +500,7 @@ def test_distilbert_reads_q_lin_k_lin_without_token_types(rng):
     np.testing.assert_allclose(qk, np.hstack([q_exp, k_exp]), atol=1e-9)
     assert info["architecture"] == "distilbert" and info["n_heads"] == 2
     _, A, _ = one(view_tables(s, meta, "kernel"))
-    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2)), atol=1e-9)
+    np.testing.assert_allclose(A, mean_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2)), atol=1e-9)
     # no config: the tensors say DistilBERT, the head count is what is missing
     with pytest.raises(InputError, match="n_heads"):
         view_tables(s, {"config": None}, "q")
@@ -525,9 +526,9 @@ def test_gpt_neo_unscaled_causal_and_local_kernel(rng, first_layer, window):
     i, j = np.indices((N, N))
     mask = (j > i) if window is None else (j > i) | (j <= i - window)
     _, A, kinfo = one(view_tables(s, meta, "kernel"))
-    np.testing.assert_allclose(A, two_head_kernel(q_exp, k_exp, 1.0, mask), atol=1e-9)
+    np.testing.assert_allclose(A, mean_head_kernel(q_exp, k_exp, 1.0, mask), atol=1e-9)
     assert kinfo["scale"] == 1.0 and kinfo["causal"] is True and np.all(A[mask] == 0)
-    assert not np.allclose(A, two_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2), mask), atol=1e-3)
+    assert not np.allclose(A, mean_head_kernel(q_exp, k_exp, 1 / math.sqrt(D // 2), mask), atol=1e-3)
 
 
 def esm_like_state(rng, prefix=""):
@@ -614,7 +615,6 @@ def test_an_encoder_decoders_parts_are_read_with_their_own_configs(rng):
     (_, A, info), = view_tables(state, meta, "kernel", pe_param="decoder.transformer.wpe.weight")
     assert info["architecture"] == "gpt2" and info["n_heads"] == 4 and info["causal"] is True
     qkv = layer_norm(Q, ln_w, ln_b, 1e-3) @ w + b
-    h, later = D // 4, np.triu(np.ones((N, N), dtype=bool), 1)
-    expected = np.mean([softmax(np.where(later, -np.inf, qkv[:, s] @ qkv[:, D + s.start : D + s.stop].T / math.sqrt(h)))
-                        for s in (slice(i * h, (i + 1) * h) for i in range(4))], 0)
+    later = np.triu(np.ones((N, N), dtype=bool), 1)
+    expected = mean_head_kernel(qkv[:, :D], qkv[:, D : 2 * D], 1 / math.sqrt(D // 4), later, heads=4)
     np.testing.assert_allclose(A, expected, atol=1e-9)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from test_views import layer_norm, one, softmax
+from test_views import layer_norm, mean_head_kernel, one, softmax
 
 from pe_probe.errors import InputError
 from pe_probe.groundtruth import grid
@@ -254,8 +254,8 @@ def causal_kernel(state, prefix, eps):
                    state[prefix + "encoder.layers.0.layer_norm1.bias"], eps)
     q = x @ state[prefix + CLIP_ATT + "q_proj.weight"].T + state[prefix + CLIP_ATT + "q_proj.bias"]
     k = x @ state[prefix + CLIP_ATT + "k_proj.weight"].T + state[prefix + CLIP_ATT + "k_proj.bias"]
-    h, later = D // HEADS, np.triu(np.ones((N, N), dtype=bool), 1)
-    return np.mean([softmax(np.where(later, -np.inf, q[:, s] @ k[:, s].T / math.sqrt(h))) for s in (slice(0, h), slice(h, D))], 0), q
+    later = np.triu(np.ones((N, N), dtype=bool), 1)
+    return mean_head_kernel(q, k, 1 / math.sqrt(D // HEADS), later, heads=HEADS), q
 
 
 def test_clips_text_tower_is_read_causally_in_every_layout(rng):
