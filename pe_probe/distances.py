@@ -23,12 +23,7 @@ def square_distances(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.float64)
     if metric == "euclidean":
-        xc = x - x.mean(axis=0)  # centring reduces cancellation in |a|^2 + |b|^2 - 2ab
-        sq = np.einsum("ij,ij->i", xc, xc)
-        d2 = sq[:, None] + sq[None, :] - 2.0 * (xc @ xc.T)
-        _refine_close_pairs(xc, sq, d2)
-        np.maximum(d2, 0.0, out=d2)
-        d = np.sqrt(d2, out=d2)
+        d = euclidean_rows(x - x.mean(axis=0), 0, len(x))  # centring reduces cancellation in |a|^2 + |b|^2 - 2ab
     elif metric in ("cosine", "correlation"):
         xc = x - x.mean(axis=1, keepdims=True) if metric == "correlation" else x
         norms = np.linalg.norm(xc, axis=1)
@@ -43,28 +38,28 @@ def square_distances(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     return d
 
 
-def _refine_close_pairs(xc: np.ndarray, sq: np.ndarray, d2: np.ndarray, rel: float = 1e-4,
-                       chunk: int = 1024, batch: int = 65536) -> None:
-    """Recompute, from explicit differences, the squared distances of nearly coincident rows.
+def euclidean_rows(xc: np.ndarray, start: int, stop: int, rel: float = 1e-4, chunk: int = 1024,
+                   batch: int = 65536) -> np.ndarray:
+    """Euclidean distances from rows start:stop of ``xc`` (centred, for accuracy) to all its rows.
 
-    |a|^2 + |b|^2 - 2ab loses ~eps * (|a|^2 + |b|^2) absolutely, so when d2 is small relative to
-    |a|^2 + |b|^2 (near-duplicate rows) the Gram value is inaccurate (and can come out as 0 for
-    distinct rows). Such pairs, d2 < rel * (|a|^2 + |b|^2), are recomputed as sum((a - b)^2);
-    every other pair then has a relative error below ~1e-12.
+    |a|^2 + |b|^2 - 2ab loses ~eps * (|a|^2 + |b|^2) absolutely, so when the squared distance is small
+    relative to |a|^2 + |b|^2 (near-duplicate rows) the Gram value is inaccurate (it can come out as 0 for
+    distinct rows, or as 1e-8 for rows equal up to rounding). Such pairs, d2 < rel * (|a|^2 + |b|^2), are
+    recomputed as sum((a - b)^2); every other pair then has a relative error below ~1e-12.
     """
-    n = len(sq)
-    for s in range(0, n, chunk):
+    xc = np.asarray(xc, dtype=np.float64)
+    sq = np.einsum("ij,ij->i", xc, xc)
+    d2 = sq[start:stop, None] + sq[None, :] - 2.0 * (xc[start:stop] @ xc.T)
+    for s in range(0, len(d2), chunk):
         blk = d2[s:s + chunk]
-        ii, jj = np.nonzero(blk < rel * (sq[s:s + chunk, None] + sq[None, :]))
+        ii, jj = np.nonzero(blk < rel * (sq[start + s:start + s + len(blk), None] + sq[None, :]))
         ii = ii + s
-        keep = ii < jj
-        ii, jj = ii[keep], jj[keep]
         for t in range(0, len(ii), batch):
             i, j = ii[t:t + batch], jj[t:t + batch]
-            diff = xc[i] - xc[j]
-            v = np.einsum("ij,ij->i", diff, diff)
-            d2[i, j] = v
-            d2[j, i] = v
+            diff = xc[start + i] - xc[j]
+            d2[i, j] = np.einsum("ij,ij->i", diff, diff)
+    np.maximum(d2, 0.0, out=d2)
+    return np.sqrt(d2, out=d2)
 
 
 def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, return_order: bool = False):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distances import square_distances
+from .distances import euclidean_rows, square_distances
 
 _RTOL = 1e-9  # distances closer than this fraction of the largest distance are ties
 _BLOCK = 1 << 22  # elements of one (rows x candidates x N) comparison block
@@ -27,13 +27,6 @@ _BLOCK = 1 << 22  # elements of one (rows x candidates x N) comparison block
 
 def default_k(n: int) -> int:
     return max(1, min(5, n // 2 - 1))
-
-
-def square_distances_rows(x: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Euclidean distances from rows start:stop of x to all rows."""
-    sq = np.einsum("ij,ij->i", x, x)
-    d2 = sq[start:stop, None] + sq[None, :] - 2 * x[start:stop] @ x.T
-    return np.sqrt(np.maximum(d2, 0))
 
 
 def _neighbours(d: np.ndarray, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +63,7 @@ def neighbourhood_metrics(embedding: np.ndarray, coords: np.ndarray, k: int | No
     overlap = 0.0
     for s in range(0, n, 256):
         rows = np.arange(s, min(n, s + 256))
-        de = square_distances_rows(emb, s, rows[-1] + 1)
+        de = euclidean_rows(emb, s, rows[-1] + 1)  # rows equal up to rounding come out equal
         de[np.arange(len(rows)), rows] = np.inf
         cand, wc = _neighbours(de, k, tol_e)  # (b, c)
         n_cand = cand.shape[1]

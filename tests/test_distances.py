@@ -53,6 +53,19 @@ def test_near_duplicate_rows_angular(metric):
     np.testing.assert_allclose(dist.pairwise(x, metric), pdist(x, metric), rtol=1e-10, atol=1e-13)
 
 
+def test_euclidean_rows_blocks_match_pdist_and_refine_near_duplicates():
+    """A block of rows' distances (what the neighbourhood metrics compute in slices) equals the same rows of
+    pdist, near-duplicate pairs included (recomputed from explicit differences, not the Gram identity)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 7)) * 50 + 100
+    x[5] = x[30] + 1e-9  # Gram identity: error ~1e-10 relative to |x|^2 ~ 1e6, larger than the distance
+    xc = x - x.mean(axis=0)
+    ref = squareform(pdist(x))
+    full = np.vstack([dist.euclidean_rows(xc, s, min(s + 16, 40)) for s in range(0, 40, 16)])
+    np.testing.assert_allclose(full, ref, rtol=1e-10, atol=0)
+    assert full[5, 30] == full[30, 5] == pytest.approx(np.sqrt(7) * 1e-9, rel=1e-5)
+
+
 def test_exact_duplicates_give_zero():
     x = np.random.default_rng(3).normal(size=(10, 5))
     x[4] = x[2]

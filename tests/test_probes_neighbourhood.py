@@ -117,6 +117,21 @@ def test_ties_in_the_embedding_averaged_over_tie_breaks(k):
         assert t2 == pytest.approx(t, abs=1e-12) and o2 == pytest.approx(o, abs=1e-12)
 
 
+def test_rows_equal_up_to_rounding_tie_like_equal_rows():
+    """A table that codes one grid axis gives rows that are equal up to rounding once scaled and shifted (and
+    after MDS): their Gram-matrix distances (~1e-8) used to exceed the tie tolerance, so ties were broken by
+    rounding noise and the metrics changed with the positions' labels."""
+    g = grid(8, 8).coords
+    emb = np.c_[g[:, 1], 2 * g[:, 1]] * 1.7 + 5.0  # codes the column only: 8 exact ties per row
+    exact = neighbourhood_metrics(emb, g, 5)
+    jittered = emb + np.random.default_rng(0).normal(size=emb.shape) * 1e-14
+    assert neighbourhood_metrics(jittered, g, 5) == pytest.approx(exact, abs=1e-12)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        p = rng.permutation(64)
+        assert neighbourhood_metrics(jittered[p], g[p], 5) == pytest.approx(exact, abs=1e-12)
+
+
 @pytest.mark.parametrize("scale", [1e-9, 1e-6, 1e3])
 def test_units_of_either_configuration_do_not_matter(scale):
     """Ties are found relative to the largest distance, so tiny or huge units change nothing."""
