@@ -15,7 +15,7 @@ import numpy as np
 
 from . import distances as dist
 from . import stats
-from .chance import ChanceModel, gaussian_chance, null_rsa
+from .chance import ChanceModel, gaussian_chance, null_levels
 from .distances import rsa_distances
 from .errors import InputError
 from .groundtruth import GroundTruth, parse_ground_truth
@@ -228,7 +228,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     evr = explained_variance_ratio(sv)
     m["participation_ratio"] = participation_ratio(sv)
     m["explained_variance"] = float(evr[:k].sum())
-    ref_name = None
+    ref, ref_name = None, None
     if reference is not None:
         ref, ref_name = parse_reference(reference, n, d)
         m["ref_shape_distance"] = shape_distance(P, ref)
@@ -236,10 +236,10 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
 
     n_null = auto_n_null(len(pe_d)) if n_null is None else n_null
     chance = chance or gaussian_chance(P)
-    null = np.empty(0)
+    null = null_ref = np.empty(0)
     if n_null:
         stage(f"chance level ({n_null} random tables)")
-        null = null_rsa(chance, P.shape, gt_ranked, pe_metric, n_null, rng_null)
+        null, null_ref = null_levels(chance, P.shape, gt_ranked, pe_metric, n_null, rng_null, ref)
         flat = int(np.isnan(null).sum())
         if flat:
             notes.append(f"chance level from {n_null - flat} of {n_null} random tables: {flat} gave rows all equally far "
@@ -247,6 +247,10 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
             null = null[~np.isnan(null)]
     m["null_rsa_mean"] = float(null.mean()) if len(null) else float("nan")
     m["null_rsa_sd"] = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
+    if ref is not None:  # unrelated tables are closer than pi/2 after the best rotation: how close, by chance
+        null_ref = null_ref[np.isfinite(null_ref)]
+        m["null_ref_shape_distance_mean"] = float(null_ref.mean()) if len(null_ref) else float("nan")
+        m["null_ref_shape_distance_sd"] = float(null_ref.std(ddof=1)) if len(null_ref) > 1 else float("nan")
     stage.done()
 
     prov = dict(provenance or {})

@@ -39,16 +39,24 @@ def gaussian_chance(table: np.ndarray) -> ChanceModel:
                        lambda rng: rng.normal(0.0, sd, table.shape))
 
 
-def null_rsa(chance: ChanceModel, shape: tuple[int, ...], gt_ranked: np.ndarray, pe_metric: str, n_null: int,
-             rng: np.random.Generator) -> np.ndarray:
-    """Spearman RSA of ``n_null`` tables drawn by ``chance`` against the ranked, standardised ground-truth distances,
-    ranked as `analyze` ranks the table's (near ties merged); NaN for a drawn table whose rows are all equidistant
-    (no geometry: what `analyze` refuses in a real table)."""
-    out = np.empty(n_null)
+def null_levels(chance: ChanceModel, shape: tuple[int, ...], gt_ranked: np.ndarray, pe_metric: str, n_null: int,
+                rng: np.random.Generator, reference: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Chance levels from ``n_null`` tables drawn by ``chance``: (their Spearman RSA against the ranked, standardised
+    ground-truth distances, their `shape_distance` to ``reference``).
+
+    Ranked as `analyze` ranks the table's distances (near ties merged). An RSA is NaN for a drawn table whose rows
+    are all equidistant (no geometry: what `analyze` refuses in a real table); every shape distance is NaN without
+    a ``reference``. The same draws serve both, so a model-rerun chance model runs the model ``n_null`` times."""
+    from .reference import shape_distance
+
+    rsa, ref = np.full(n_null, np.nan), np.full(n_null, np.nan)
     for i in range(n_null):
         table = np.asarray(chance.draw(rng), dtype=np.float64)
         if table.shape != tuple(shape):
             raise ValueError(f"the chance model drew a table of shape {table.shape}, not {tuple(shape)}")
         d, order = dist.rsa_distances(dist.square_distances(table, pe_metric), pe_metric)
-        out[i] = float(stats.standardise(stats.rank(d, order)) @ gt_ranked) if np.ptp(d) > 0 else np.nan
-    return out
+        if np.ptp(d) > 0:
+            rsa[i] = float(stats.standardise(stats.rank(d, order)) @ gt_ranked)
+        if reference is not None:
+            ref[i] = shape_distance(table, reference)
+    return rsa, ref

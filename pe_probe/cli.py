@@ -237,7 +237,9 @@ def format_summary(result, title: str = "") -> str:
     if "attention_similarity" in m:
         rows.append(("attention similarity", m["attention_similarity"], "cosine with the reference model's maps"))
     if "ref_shape_distance" in m:
-        rows.append(("shape distance to ref", m["ref_shape_distance"], f"radians; unnormalised Procrustes "
+        chance = (f"; chance {_fmt(m['null_ref_shape_distance_mean'])} +- {_fmt(m.get('null_ref_shape_distance_sd'))}"
+                  if "null_ref_shape_distance_mean" in m else "")
+        rows.append(("shape distance to ref", m["ref_shape_distance"], f"radians{chance}; unnormalised Procrustes "
                      f"{_fmt(m.get('ref_procrustes_distance'))}"))
     width = max(len(r[0]) for r in rows)
     value_width = max(8, *(len(_fmt(r[1])) for r in rows))  # a long value (0.0002604) keeps the column aligned

@@ -44,8 +44,9 @@ def probe_r2(table: np.ndarray, coords: np.ndarray, *, seed: int = 0) -> float:
     result does not depend on the table's scale), and one ridge penalty is chosen by generalised
     cross-validation over a fixed grid, with each axis's residuals counted as a share of its variance
     (so G's units do not let one axis decide it). R^2 per axis = 1 - SS_res / SS_tot over the pooled
-    out-of-fold predictions. A mean over G's own axes (grid rows and columns, anatomical x/y/z): it
-    does not change when G is rotated if G's axes have equal variance (a square grid), otherwise it may.
+    out-of-fold predictions. A mean over G's own axes (grid rows and columns, anatomical x/y/z), so it
+    can change when G is rotated: the per-axis weights of the penalty search differ between rotations
+    (even for a square grid, whose training folds lose the axes' equal variance), and so may the penalty.
     """
     x = np.asarray(table, dtype=np.float64)
     y = np.asarray(coords, dtype=np.float64)

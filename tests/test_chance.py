@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.spatial import procrustes
 from scipy.spatial.distance import pdist
 from scipy.stats import rankdata, spearmanr
 
 from pe_probe.analysis import analyze
 from pe_probe.api import analyze_view
-from pe_probe.chance import ChanceModel, gaussian_chance, null_rsa
+from pe_probe.chance import ChanceModel, gaussian_chance, null_levels
 from pe_probe.groundtruth import grid, line
 from pe_probe.report.readings import readings
 from pe_probe.views import view_tables
@@ -30,10 +31,38 @@ def test_null_rsa_is_the_spearman_rsa_of_each_drawn_table(rng):
     chance = ChanceModel("test", "the planted tables", lambda _rng: next(drawn))
     r = rankdata(pdist(coords))  # average ranks of the grid's tied distances, as pe-probe ranks them
     gt_ranked = (r - r.mean()) / np.linalg.norm(r - r.mean())
-    out = null_rsa(chance, (N, 3), gt_ranked, "euclidean", 4, np.random.default_rng(0))
+    out, ref = null_levels(chance, (N, 3), gt_ranked, "euclidean", 4, np.random.default_rng(0))
     np.testing.assert_allclose(out, [rsa(t, coords) for t in tables], atol=1e-12)
+    assert np.isnan(ref).all()  # no reference, no shape distances
     with pytest.raises(ValueError, match="shape"):
-        null_rsa(ChanceModel("bad", "", lambda _rng: np.zeros((3, 3))), (N, 3), gt_ranked, "euclidean", 1, None)
+        null_levels(ChanceModel("bad", "", lambda _rng: np.zeros((3, 3))), (N, 3), gt_ranked, "euclidean", 1, None)
+
+
+def test_null_shape_distances_are_each_drawn_tables_distance_to_the_reference(rng):
+    """The same draws give the chance level of ref_shape_distance: scipy's Procrustes disparity of a centred,
+    unit-norm pair is 1 - (nuclear norm)^2, and the angular distance is arccos of the nuclear norm."""
+    coords = grid(4, 4).coords
+    reference = rng.normal(size=(N, 3))
+    tables = [rng.normal(size=(N, 3)) for _ in range(3)]
+    drawn = iter(tables)
+    chance = ChanceModel("test", "the planted tables", lambda _rng: next(drawn))
+    r = rankdata(pdist(coords))
+    _, ref = null_levels(chance, (N, 3), (r - r.mean()) / np.linalg.norm(r - r.mean()), "euclidean", 3,
+                         np.random.default_rng(0), reference)
+    expected = [np.arccos(np.sqrt(1 - procrustes(reference, t)[2])) for t in tables]
+    np.testing.assert_allclose(ref, expected, atol=1e-9)
+
+
+def test_analyze_reports_the_shape_distance_chance_level_only_with_a_reference(rng):
+    P = rng.normal(size=(N, 16))
+    without = analyze(P, "grid:4x4", n_null=5, **FAST)
+    assert "null_ref_shape_distance_mean" not in without.metrics
+    res = analyze(P, "grid:4x4", n_null=5, reference="sin2d:4x4", **FAST)
+    assert res.metrics["null_rsa_mean"] == without.metrics["null_rsa_mean"]  # the same draws as before
+    mu, sd = res.metrics["null_ref_shape_distance_mean"], res.metrics["null_ref_shape_distance_sd"]
+    assert 0 < mu < np.pi / 2 and sd > 0
+    # a random table of the same shape is not closer to the sinusoid than chance
+    assert abs(res.metrics["ref_shape_distance"] - mu) < 4 * sd
 
 
 def test_default_chance_is_gaussian_of_the_tables_scale_and_recorded(rng):

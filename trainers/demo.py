@@ -24,7 +24,7 @@ SIGMAS = {"sigma-0.1": 0.1, "sigma-2.0": 2.0}
 ACCURACY_KEYS = ("ood_acc", "ood_acc_binary", "ood_acc_ternary", "ood_acc_quaternary", "test_acc")
 ANALYZE_KWARGS = {"reference": "sin2d:4x4"}  # adds ref_shape_distance, the study's Procrustes distance
 IDENTIFIABILITY_KEYS = (
-    "ref_procrustes_distance", "ref_shape_distance", "rsa_spearman", "rsa_p", "recovery_cmds_r2", "recovery_pca_r2", "recovery_smacof_r2", "recovery_umap_r2",
+    "ref_procrustes_distance", "ref_shape_distance", "null_ref_shape_distance_mean", "rsa_spearman", "rsa_p", "recovery_cmds_r2", "recovery_pca_r2", "recovery_smacof_r2", "recovery_umap_r2",
     "probe_r2", "trustworthiness", "knn_overlap", "null_rsa_mean",
 )
 
@@ -91,7 +91,8 @@ def _summary(acc: dict[str, dict], ident: dict[str, dict], epochs: int) -> str:
         "RSA correlates the two distance matrices; recovery r2 aligns a 2D embedding of the table onto the "
         "grid; probe r2 predicts (row, col) from the table; ref_procrustes_distance is the (unnormalised) Procrustes "
         "distance to the 2D sinusoid, which the study found to predict generalisation, and ref_shape_distance its "
-        "scale-free form (radians).\n\n"
+        "scale-free form (radians), which null_ref_shape_distance_mean, random tables of the table's shape, puts in "
+        "context (unrelated tables are closer than pi/2).\n\n"
         + head + "".join(rows)
         + "\nFolders: `runs/` (checkpoints, metrics.jsonl), `analysis/<run>/` (reports), `compare/`.\n"
     )

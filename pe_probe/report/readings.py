@@ -280,9 +280,17 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         out.append(("explained variance", f"{v:.3f}", f"The top {k if k else 'k'} {pcs} {_pct(v)} of the table's variance."))
     if _ok(metrics, "ref_shape_distance"):
         v = float(metrics["ref_shape_distance"])
-        out.append(("shape distance to reference", f"{v:.3f}",
-                    f"Angular Procrustes distance between the PE table and the reference table: 0 = the same shape up "
-                    f"to rotation and scale, π/2 ≈ 1.571 = unrelated."))
+        text = ("Angular Procrustes distance between the PE table and the reference table: 0 = the same shape up to "
+                "rotation and scale, π/2 ≈ 1.571 = orthogonal even after the best rotation.")
+        if _ok(metrics, "null_ref_shape_distance_mean"):
+            mu = float(metrics["null_ref_shape_distance_mean"])
+            sd = float(metrics.get("null_ref_shape_distance_sd", float("nan")))
+            spread = f" ± {sd:.3f}" if math.isfinite(sd) else ""
+            closer = ("closer to the reference than chance (more than 2 sd below it)" if math.isfinite(sd) and v < mu - 2 * sd
+                      else "not clearly closer to the reference than chance" if math.isfinite(sd) else "")
+            text += (f" Unrelated tables land well below π/2 (the rotation fits noise): the chance level's random tables "
+                     f"give {mu:.3f}{spread}" + (f", so this table is {closer}." if closer else "."))
+        out.append(("shape distance to reference", f"{v:.3f}", text))
     return out
 
 
@@ -339,7 +347,7 @@ def verdict(metrics: dict, provenance: dict[str, Any] | None = None) -> str:
     n_perm = n_permutations(provenance)
     if p >= ALPHA and n_perm and not exact_relabellings(provenance, "mantel") and 1 / (n_perm + 1) >= ALPHA:
         return (f"Not testable at the 5% level: {n_perm} permutations cannot give a p-value below {1 / (n_perm + 1):.3g} "
-                f"(use --n-perm 19 or more); RSA {_num(rho)}" + (f", {recovery}." if recovery else "."))
+                f"(use --n-perm {math.floor(1 / ALPHA)} or more); RSA {_num(rho)}" + (f", {recovery}." if recovery else "."))
     strength = correlation_strength(rho)
     if p < ALPHA and best is not None and best[1] >= RECOVERED_R2:
         return f"The PE table recovers the true geometry: RSA {_num(rho)} (beyond chance, {strength}) and {recovery}."

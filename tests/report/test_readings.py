@@ -67,6 +67,9 @@ def test_the_verdict_weighs_size_direction_and_testability_not_only_p():
     assert "anti-correlated" in anti and "systematic inversion" in anti
     few = verdict({"rsa_spearman": 0.96, "rsa_p": 1 / 11, "recovery_pca_r2": 0.97}, {"analysis": {"n_perm": 10}})
     assert few.startswith("Not testable at the 5% level") and "No evidence" not in few
+    assert "--n-perm 20 or more" in few  # 19 permutations still cannot give p < 0.05: 1 / 20 = 0.05
+    nineteen = verdict({"rsa_spearman": 0.9, "rsa_p": 0.05, "recovery_pca_r2": 0.95}, {"analysis": {"n_perm": 19}})
+    assert nineteen.startswith("Not testable") and "--n-perm 20 or more" in nineteen
     cosine = verdict({"rsa_spearman": 0.64, "rsa_p": 0.001, "recovery_pca_r2": 0.97, "recovery_cmds_r2": 0.39},
                      {"analysis": {"pe_metric": "cosine"}})
     assert "(PCA; PCA uses the table itself, not the cosine distances)" in cosine
@@ -149,3 +152,15 @@ def test_distance_from_chance_is_not_offered_as_a_test_when_the_tests_disagree()
     for agreeing in (dict(base, rsa_spearman=0.15, rsa_p=0.01), dict(base, rsa_spearman=-0.05, null_rsa_sd=0.02),
                      dict(base, rsa_ci_high=-0.05, rsa_p=0.999)):  # tests agree, or |rho| < 0.1, or shown below zero
         assert "not a test" not in _by_name(readings(agreeing, prov))["RSA (Spearman ρ)"], agreeing
+
+
+def test_shape_distance_is_read_against_its_chance_level_not_pi_over_2():
+    """Unrelated tables land well below pi/2 after the best rotation; the reading compares with the random tables."""
+    close = _by_name(readings({"ref_shape_distance": 0.2, "null_ref_shape_distance_mean": 0.72,
+                               "null_ref_shape_distance_sd": 0.01}))["shape distance to reference"]
+    assert "0.720 ± 0.010" in close and "closer to the reference than chance" in close and "not clearly" not in close
+    far = _by_name(readings({"ref_shape_distance": 0.71, "null_ref_shape_distance_mean": 0.72,
+                             "null_ref_shape_distance_sd": 0.01}))["shape distance to reference"]
+    assert "not clearly closer to the reference than chance" in far
+    bare = _by_name(readings({"ref_shape_distance": 0.71}))["shape distance to reference"]
+    assert "chance" not in bare and "orthogonal even after the best rotation" in bare
