@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch pinned to the CPU build first, so nothing later pulls a CUDA wheel.
-	$(BIN)/pip install -q "torch>=2.4,<2.14"
+	$(BIN)/pip install -q "torch>=2.10,<2.14"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 

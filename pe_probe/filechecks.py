@@ -145,3 +145,22 @@ def check_torch_pickle(path: Path) -> None:
         raise InputError(f"{show_path(path)}: its pickle (data.pkl) is {max(sizes):,} bytes uncompressed, more than the "
                          f"{MAX_TORCH_PICKLE_BYTES >> 20} MiB any real checkpoint needs; the file is crafted or corrupt: "
                          f"re-save the tensors with torch.save(model.state_dict()) or as .safetensors")
+
+
+# torch.load(weights_only=True) ran attacker code before 2.6 (CVE-2025-32434) and could corrupt memory before
+# 2.10 (CVE-2026-24747, pickle opcodes and storage sizes): pickled torch files are read only from 2.10 on.
+SAFE_TORCH_LOADER = "2.10"
+
+
+def check_safe_torch_loader(path: Path, version: str | None = None) -> None:
+    """Refuse to unpickle ``path`` when the installed torch's weights-only loader has known code-execution flaws."""
+    from torch.torch_version import TorchVersion
+
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    if TorchVersion(version) < SAFE_TORCH_LOADER:
+        raise InputError(f"{show_path(path)}: refused to load with torch {version}: its weights-only loader can run code "
+                         f"from a crafted file (CVE-2025-32434, CVE-2026-24747); install torch>={SAFE_TORCH_LOADER} (make install "
+                         f"does), or convert the file to .safetensors on a trusted machine")

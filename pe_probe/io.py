@@ -32,7 +32,7 @@ import numpy as np
 
 from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.filechecks import check_torch_pickle, open_npy, open_npz
+from pe_probe.filechecks import check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
 
@@ -475,6 +475,7 @@ def _torch_load(path: Path) -> Any:
 
     import warnings
 
+    check_safe_torch_loader(path)
     check_torch_pickle(path)  # a crafted multi-MB pickle would take minutes to unpickle
     label = show_path(path)
     try:

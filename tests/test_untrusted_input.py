@@ -279,3 +279,22 @@ def test_torch_globals_outside_the_weights_only_allowlist_are_named_as_code(tmp_
             dst.writestr(info, payload if info.filename.endswith("data.pkl") else src.read(info))
     refuse(["analyze", tmp_path / "hub.pt", "-g", "line:16", *FAST], capsys,
            "contains pickled code or objects the weights-only reader does not allow")
+
+
+def test_pickled_torch_files_are_refused_with_a_torch_whose_loader_has_known_flaws(tmp_path, capsys, monkeypatch):
+    """torch.load(weights_only=True) could run code from a crafted file before torch 2.6 and corrupt memory before
+    2.10: with such a torch every pickled file is refused before it is opened; numpy files still load."""
+    from pe_probe.filechecks import check_safe_torch_loader
+    from pe_probe.errors import InputError
+    from trainers.checkpoint import load_checkpoint
+
+    for ok in ("2.10.0", "2.13.0+cpu", "2.11.0+cu130"):
+        check_safe_torch_loader(tmp_path / "x.pt", ok)
+    table = np.random.default_rng(0).normal(size=(16, 4))
+    torch.save({"wpe.weight": torch.tensor(table)}, tmp_path / "model.pt")
+    np.save(tmp_path / "table.npy", table)
+    monkeypatch.setattr(torch, "__version__", "2.5.1")
+    refuse(["analyze", tmp_path / "model.pt", "-g", "line:16", *FAST], capsys, "refused to load with torch 2.5.1")
+    with pytest.raises(InputError, match="CVE-2025-32434"):
+        load_checkpoint(tmp_path / "model.pt")
+    assert main(["analyze", str(tmp_path / "table.npy"), "-g", "line:16", *FAST]) == 0

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, Callable
 import torch
 
 from pe_probe.errors import InputError, torch_load_reason
+from pe_probe.filechecks import check_safe_torch_loader
 
 FORMAT = "pe-probe-checkpoint/1"
 CONTRACT_KEYS = ("format", "model", "config", "pe_params", "ground_truth", "step", "epoch", "metrics")
@@ -116,6 +117,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise InputError(f"{path} is a folder, not a checkpoint file; {hint}")
     if not path.is_file():
         raise InputError(f"checkpoint {path} not found; pass the .pt file of a run (e.g. RUN/last.pt)")
+    check_safe_torch_loader(path)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated file, foreign pickle, not a torch file at all, ...
@@ -137,6 +139,7 @@ def last_epoch(run_dir: str | os.PathLike) -> int | None:
     path = Path(run_dir) / "last.pt"
     if not path.exists():
         return None
+    check_safe_torch_loader(path)
     try:
         return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
     except Exception:  # a torn or foreign file: not finished
