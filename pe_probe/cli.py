@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "model folders)")
     c.add_argument("--param", metavar="NAME", help="tensor to analyse in every source (default: found automatically)")
     c.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of every table (e.g. 0:128)")
+    c.add_argument("--drop-extra-tokens", type=_count(), metavar="K",
+                   help="leading rows to drop from every table (default: detect CLS/offset rows; 0 keeps every row)")
     c.add_argument("--layer", type=_layer, metavar="N|mean",
                    help="for models with one PE table per layer: which one (default: 0; compare.csv's "
                    "param, layer and notes columns say which table each row measured)")
@@ -309,7 +311,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          "(pe-probe analyze --layer all reports every layer of one model)")
     if args.address is not None and args.backend != "ray":  # it was silently ignored
         raise InputError("--address joins a Ray cluster, an option of --backend ray; add --backend ray or drop --address")
-    load = {k: v for k, v in (("layer", args.layer), ("param", args.param), ("positions", args.positions)) if v is not None}
+    load = {k: v for k, v in (("layer", args.layer), ("param", args.param), ("positions", args.positions),
+                              ("drop_extra_tokens", args.drop_extra_tokens)) if v is not None}
     df = compare(args.sources, args.out, by=args.by, ground_truth=args.ground_truth,
                  analyze_kwargs=dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm,
                                      n_boot=args.n_boot, seed=args.seed, reference=args.reference, **load),

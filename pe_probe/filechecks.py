@@ -164,3 +164,11 @@ def check_safe_torch_loader(path: Path, version: str | None = None) -> None:
         raise InputError(f"{show_path(path)}: refused to load with torch {version}: its weights-only loader can run code "
                          f"from a crafted file (CVE-2025-32434, CVE-2026-24747); install torch>={SAFE_TORCH_LOADER} (make install "
                          f"does), or convert the file to .safetensors on a trusted machine")
+
+
+def check_not_special(path: Path, what: str) -> None:
+    """Refuse an existing path that is neither a regular file nor a folder (a FIFO, a device such as /dev/zero, a
+    socket): reading one would block or never end."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise InputError(f"{show_path(path)}: the {what} is not a regular file (a pipe, device or socket, which pe-probe "
+                         f"does not read: it could block or never end); save it to a file and pass that")

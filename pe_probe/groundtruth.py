@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pe_probe.errors import InputError, show_path
+from pe_probe.filechecks import check_not_special
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -273,6 +274,9 @@ def _from_file(text: str) -> GroundTruth:
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".csv", ".txt"):
         raise InputError(f"unknown ground truth {text!r}: use {ACCEPTED_FORMS}")
+    check_not_special(path, "ground truth")
+    if path.is_dir():
+        raise InputError(f"ground truth {text} is a folder; give a .npy, .csv or .txt file or one of {ACCEPTED_FORMS}")
     if not path.is_file():
         raise InputError(f"ground truth file {text} not found; give an existing file or one of {ACCEPTED_FORMS}")
     if suffix == ".npy":

@@ -32,7 +32,7 @@ import numpy as np
 
 from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.filechecks import check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
+from pe_probe.filechecks import check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
 
@@ -331,6 +331,7 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
     if not path.exists():
         raise InputError(f"{label}: not found; give a checkpoint, state_dict, .safetensors, HF model folder, "
                          f".npy, .npz, .csv or .pt file")
+    check_not_special(path, "source")
     meta: dict[str, Any] = {"source": os.fspath(source), "source_kind": "", "sha256": "", "config": None,
                             "pe_params": None, "ground_truth": None, "ground_truth_error": None, "step": None, "epoch": None, "metrics": None,
                             "raw": False, "notes": []}
@@ -641,6 +642,9 @@ def _torch_store(tensors: dict[str, Any], where: str = "") -> _Store:
     problems = {n: f"is a sparse tensor ({str(t.layout).replace('torch.', '')} layout, shape {tuple(t.shape)}), which "
                    f"pe-probe does not read; save it dense (tensor.to_dense()) and pass that file"
                 for n, t in tensors.items() if t.layout != torch.strided}
+    problems.update({n: f"is a tensor on the 'meta' device (shape {tuple(t.shape)}, no values stored), which has nothing to "
+                        f"analyse; save the real weights (e.g. after loading them onto the CPU)"
+                     for n, t in tensors.items() if t.is_meta})
 
     def label(name: str) -> str:
         return f"{name} in {where}" if where else name

@@ -38,14 +38,21 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
     ``..`` in it is checked, and returned, as the folder it names."""
     out = Path(out)
+    try:
+        resolved = out.resolve()
+    except (RuntimeError, OSError) as e:  # a symbolic link loop on the way (RuntimeError before Python 3.13)
+        raise InputError(f"--out {out} cannot be resolved ({e}); remove the symbolic link loop or choose another "
+                         f"path") from None
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist; remove the link "
+                         f"or choose another path")
     if ".." in out.parts:  # RUN/x/../checkpoints is RUN/checkpoints, whether or not RUN/x exists
-        out = out.resolve()
+        out = resolved
     if len(out.name.encode()) > MAX_OUT_NAME:  # the staging folder beside it carries the name and ~30 bytes more
         raise InputError(f"--out name {out.name[:40]}... is {len(out.name.encode())} bytes long; the report is staged "
                          f"beside it under a longer name, and names are limited to 255 bytes: use at most {MAX_OUT_NAME}")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a folder; choose another path")
-    resolved = out.resolve()
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
         raise InputError(f"--out {out} is the current folder or one above it, which pe-probe replaces as a whole; "
                          f"name a new folder, e.g. --out {out / 'report'}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .filechecks import check_not_special
 
 
 def sinusoid_1d(n: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -81,6 +82,7 @@ def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:
     path = Path(s)
     if not path.exists():
         raise InputError(f"reference {s!r} not found; use sin1d, sin2d:HxW or an existing .npy/.csv/.txt file")
+    check_not_special(path, "reference")
     from .io import load_table
 
     ref = load_table(path).table

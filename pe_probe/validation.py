@@ -64,6 +64,10 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
                          f"pass a matching --ground-truth or select rows with --positions A:B")
     if not np.isfinite(arr).all():
         raise InputError(f"{name}: contains NaN/Inf coordinates")
+    big = float(np.max(np.abs(arr)))
+    if big > MAX_ABS_VALUE:
+        raise InputError(f"{name}: holds coordinates up to {big:.3g} in magnitude, which overflow float64 arithmetic "
+                         f"(squared distances); rescale them (only the RMSE is in their units)")
     if np.ptp(arr, axis=0).max() == 0:
         raise InputError(f"{name}: all positions have the same coordinates; nothing to compare against")
     return arr

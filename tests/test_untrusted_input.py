@@ -298,3 +298,45 @@ def test_pickled_torch_files_are_refused_with_a_torch_whose_loader_has_known_fla
     with pytest.raises(InputError, match="CVE-2025-32434"):
         load_checkpoint(tmp_path / "model.pt")
     assert main(["analyze", str(tmp_path / "table.npy"), "-g", "line:16", *FAST]) == 0
+
+
+def test_second_review_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    """A symbolic link loop or a dangling link as --out, a meta-device tensor, coordinates that overflow float64, a
+    pipe or device as a source, ground truth or reference: each used to crash (traceback), hang or give garbage."""
+    table = np.random.default_rng(0).normal(size=(16, 4))
+    np.save(tmp_path / "t.npy", table)
+    t = tmp_path / "t.npy"
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    refuse(["analyze", t, "-g", "line:16", "--out", tmp_path / "loop1", *FAST], capsys, "cannot be resolved")
+    refuse(["analyze", t, "-g", "line:16", "--out", tmp_path / "loop1" / "sub", *FAST], capsys, "cannot be resolved")
+    refuse(["compare", t, t, "-g", "line:16", "--out", tmp_path / "loop1"], capsys, "cannot be resolved")
+    refuse(["analyze", t, "-g", "line:16", "--out", tmp_path / "dangling", *FAST], capsys, "does not exist")
+    torch.save({"wpe.weight": torch.empty(16, 8, device="meta")}, tmp_path / "meta.pt")
+    refuse(["analyze", tmp_path / "meta.pt", "-g", "line:16", *FAST], capsys, "'meta' device")
+    np.save(tmp_path / "huge.npy", np.random.default_rng(1).normal(size=(16, 2)) * 1e200)
+    refuse(["analyze", t, "-g", tmp_path / "huge.npy", *FAST], capsys, "overflow float64")
+    os.mkfifo(tmp_path / "fifo.npy")
+    os.symlink("/dev/zero", tmp_path / "zero.pt")
+    refuse(["analyze", tmp_path / "fifo.npy", "-g", "line:16", *FAST], capsys, "not a regular file")
+    refuse(["analyze", tmp_path / "zero.pt", "-g", "line:16", *FAST], capsys, "not a regular file")
+    refuse(["analyze", t, "-g", tmp_path / "fifo.npy", *FAST], capsys, "ground truth is not a regular file")
+    refuse(["analyze", t, "-g", "line:16", "--reference", tmp_path / "fifo.npy", *FAST], capsys,
+           "reference is not a regular file")
+    (tmp_path / "folder.npy").mkdir()
+    refuse(["analyze", t, "-g", tmp_path / "folder.npy", *FAST], capsys, "is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["t.npy", "loop1", "loop2", "dangling", "meta.pt", "huge.npy", "fifo.npy", "zero.pt", "folder.npy"])
+
+
+def test_compare_takes_the_drop_extra_tokens_its_error_suggests(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(17, 4)))
+    argv = ["compare", tmp_path / "a.npy", tmp_path / "b.npy", "-g", "line:16", "--n-perm", "5", "--n-boot", "5"]
+    refuse([*argv, "--out", tmp_path / "c"], capsys, "pass --drop-extra-tokens 1")
+    assert main([str(a) for a in [*argv, "--out", tmp_path / "c", "--drop-extra-tokens", "1"]]) == 0
+    import pandas as pd
+
+    assert list(pd.read_csv(tmp_path / "c" / "compare.csv").n_positions) == [16, 16]
