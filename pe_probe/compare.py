@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pe_probe.errors import InputError, NoPETableError
+from pe_probe.errors import InputError, NoPETableError, show_path
 
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
 TRAJECTORY_METHODS = ("cmds", "pca", "smacof", "umap")  # deterministic methods first
@@ -154,6 +154,11 @@ def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
         return analyze_source(path, ground_truth, **analyze_kwargs)
     except NoPETableError:
         return _Skipped()
+    except InputError as e:  # among many sources, say which one ("ground truth has 16 positions..." alone does not)
+        label = show_path(path)
+        if label in str(e):
+            raise
+        raise InputError(f"{label}: {e}", e.prog) from None
 
 
 def _analyze_in_order(paths: Sequence[Path], ground_truth, analyze_kwargs: dict, backend: str,

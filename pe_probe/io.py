@@ -452,7 +452,8 @@ def _open_safetensors(files: list[Path]) -> _Store:
             dtypes = {n: handle.get_slice(n).get_dtype() for n in names}
             shapes = {n: tuple(handle.get_slice(n).get_shape()) for n in names}
         except (SafetensorError, OSError) as e:
-            raise InputError(f"{show_path(f)}: not a readable .safetensors file ({e})") from None
+            raise InputError(f"{show_path(f)}: not a readable .safetensors file ({e}); re-save it with "
+                             f"safetensors' save_file or re-download it") from None
 
         def read(name: str, handle=handle, f=f, dtypes=dtypes) -> np.ndarray:
             try:

@@ -335,7 +335,8 @@ def test_compare_takes_the_drop_extra_tokens_its_error_suggests(tmp_path, capsys
     for name in ("a", "b"):
         np.save(tmp_path / f"{name}.npy", rng.normal(size=(17, 4)))
     argv = ["compare", tmp_path / "a.npy", tmp_path / "b.npy", "-g", "line:16", "--n-perm", "5", "--n-boot", "5"]
-    refuse([*argv, "--out", tmp_path / "c"], capsys, "pass --drop-extra-tokens 1")
+    err = refuse([*argv, "--out", tmp_path / "c"], capsys, "pass --drop-extra-tokens 1")
+    assert "a.npy: ground truth has 16 positions" in err  # which source, among several
     assert main([str(a) for a in [*argv, "--out", tmp_path / "c", "--drop-extra-tokens", "1"]]) == 0
     import pandas as pd
 
