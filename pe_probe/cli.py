@@ -377,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"pe-probe: error: {msg}\n")
         return 2
     except (KeyboardInterrupt, SystemError) as exc:  # numba-compiled loops wrap a Ctrl-C in a SystemError
+        wrapped = exc.__cause__ or exc.__context__
+        if isinstance(exc, SystemError) and isinstance(wrapped, SystemExit):  # ... and SIGTERM's exit (143)
+            return int(wrapped.code) if isinstance(wrapped.code, int) else 2
         if not interrupted(exc):
             raise
         sys.stderr.write("pe-probe: interrupted\n")

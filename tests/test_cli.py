@@ -462,3 +462,19 @@ def test_a_table_one_or_two_rows_longer_than_its_ground_truth_suggests_dropping_
     code, _, err = run(["analyze", tmp_path / "t.npy", "-g", "grid:3x3", *FAST], capsys)
     assert_input_error(code, err, "--positions")
     assert "--drop-extra-tokens" not in err  # 8 extra rows: not tokens
+
+
+def test_sigterm_inside_a_numba_loop_exits_143_not_with_a_traceback(monkeypatch, capsys):
+    """SIGTERM's handler raises SystemExit(143); inside SMACOF's numba loop that arrives wrapped in a SystemError,
+    which exited 1 with a 40-line traceback (found by a review, 2 kills in ~35)."""
+    import pe_probe.cli as cli
+
+    def killed_in_numba(args):
+        try:
+            raise SystemExit(143)
+        except SystemExit as e:
+            raise SystemError("CPUDispatcher(guttman_step) returned a result with an exception set") from e
+
+    monkeypatch.setattr(cli, "cmd_analyze", killed_in_numba)
+    assert cli.main(["analyze", "builtin:sin1d:8", "-g", "line:8"]) == 143
+    assert "Traceback" not in capsys.readouterr().err
