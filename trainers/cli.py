@@ -29,6 +29,13 @@ def _bool_flag(p, name: str, help: str) -> None:
     p.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
 
 
+def check_out_given(out: str) -> None:
+    """Refuse an empty --out: Path("") is the current folder, so `--out ""` (an unset shell variable) trained or
+    wrote the demo into it, and --force then replaced the user's own config.json there."""
+    if not out:
+        raise InputError('--out "" is an empty path (is a shell variable unset?); name a folder, e.g. --out runs/my-run')
+
+
 # ----------------------------------------------------------------------------------------------
 # train
 
@@ -265,6 +272,7 @@ def masked_train_main(argv: list[str], task: str) -> int:
     from trainers.train_masked import train_masked
 
     args = masked_train_parser(task).parse_args(argv)
+    check_out_given(args.out)
     netsim_only = {"--n-nodes": args.n_nodes, "--dim": args.dim, "--layout": args.layout, "--coords-file": args.coords_file,
                    "--length-scale": args.length_scale, "--noise": args.noise, "--ood-noise": args.ood_noise,
                    "--n-train": args.n_train}
@@ -321,6 +329,7 @@ def train_main(argv: list[str]) -> int:
 
     if args.task not in TASKS:  # a mistyped command line: the usage error names `pe-probe train --help`
         parser.error(f"unknown task {args.task!r}; choose one of {', '.join((*TASKS, *MASKED_TASKS))}")
+    check_out_given(args.out)
     if any(v is not None for v in (args.ensemble_seeds, args.ensemble_sigmas, args.ensemble_lrs, args.ensemble_pes)):
         return ensemble_main(args)
     alone = [flag for flag, v in (("--ensemble-max", args.ensemble_max), ("--ensemble-workers", args.ensemble_workers))
@@ -519,6 +528,11 @@ examples:
 
 Trains two learned-PE models on the Latin Square Task with the quick preset, one initialised with
 sigma 0.1 and one with sigma 2.0, then asks whether each PE table recovered the 4x4 grid.
+
+DIR must be new, empty, or a folder the demo wrote (it marks it with a .pe-probe-demo file; older demo
+folders are recognised by their entries): the demo writes runs/, analysis/, compare/ and summary.md
+into it, so a folder holding other files is refused, --force or not (--force retrains the demo's
+own runs; it never deletes files the demo did not write).
 """
 
 
@@ -532,7 +546,8 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--epochs", type=int, default=None, help="epochs per run (default: the quick preset's 40)")
     p.add_argument("--n-per-level", type=int, default=None, help="puzzles per level (default: 3000)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="device (default: cpu)")
-    p.add_argument("--force", action="store_true", help="redo everything from scratch")
+    p.add_argument("--force", action="store_true", help="redo everything from scratch in a demo folder (a folder "
+                   "of other files is still refused)")
     args = p.parse_args(argv)
     summary = run_demo(args.out, epochs=args.epochs, n_per_level=args.n_per_level, device=args.device, force=args.force)
     print(summary.read_text())

@@ -171,6 +171,39 @@ def _int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+# Upper bounds far above every preset (LST paper: d_model 160, 4 layers, 1 head, MLP 640, 4,000 epochs, 3,000
+# puzzles a level; netsim paper: 64 nodes, 20,000 windows of 16 samples). A value above one is a typo that makes
+# the run impossible (allocating terabytes, or generating data for days): refused in one line before anything is
+# built, for the trainers' flags and for --set / config.json keys alike. `trainers.evaluate` reuses the data ones.
+MAX_D_MODEL = 8192
+MAX_LAYERS = 256
+MAX_HEADS = 256
+MAX_MLP_WIDTH = 32768
+MAX_PARAMS = 1_000_000_000  # ~4 GB of float32 weights, ~16 GB with gradients and AdamW state
+MAX_EPOCHS = 1_000_000
+MAX_N_PER_LEVEL = 1_000_000  # ~4 s per 100,000 puzzles a level to generate
+MAX_OOD_PER_LEVEL = 10_000  # the default --min-jaccard leaves no pool above ~200 a level
+MAX_NETSIM = {"n_nodes": 10_000, "n_train": 1_000_000, "n_test": 1_000_000, "window": 10_000, "sample_every": 1_000,
+              "burn_in": 1_000_000}
+MAX_NETSIM_VALUES = 2_000_000_000  # (n_train + 2 n_test) x n_nodes x window float32 samples: 8 GB
+MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
+
+
+def _at_most(value: Any, limit: int, option: str, fix: str = "", unit: str = "") -> None:
+    """Refuse a size above ``limit`` in one line naming ``option`` and ``fix``: a typo (10x too many zeros) would
+    otherwise fail deep inside torch or numpy with a traceback, or run out of memory or time silently.
+    Non-integers are left to the type checks."""
+    if _int(value) and value > limit:
+        raise InputError(f"{option} is {value:,}{unit}, above the {limit:,} pe-probe trains (far above every preset); "
+                         f"{fix or f'use at most {limit:,}'}")
+
+
+def n_params(m: ModelConfig) -> int:
+    """About how many weights a model of these sizes has (attention 4 d^2 and MLP 2 d w a layer): for the bound."""
+    width = int(round(m.mlp_ratio * m.d_model))
+    return m.n_layers * (4 * m.d_model ** 2 + 2 * m.d_model * width)
+
+
 def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     """Check every option; raise a one-line InputError naming the option and the allowed values.
 
@@ -184,8 +217,15 @@ def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     _check(_int(m.n_layers) and m.n_layers >= 1, f"--layers must be an integer >= 1, got {m.n_layers!r}")
     _check(_int(m.n_heads) and m.n_heads >= 1, f"--heads must be an integer >= 1, got {m.n_heads!r}")
     _check(_int(m.d_model) and m.d_model >= 1, f"--d-model must be an integer >= 1, got {m.d_model!r}")
+    _at_most(m.n_layers, MAX_LAYERS, "--layers")
+    _at_most(m.n_heads, MAX_HEADS, "--heads")
+    _at_most(m.d_model, MAX_D_MODEL, "--d-model")
     _check(m.d_model % m.n_heads == 0, f"--d-model ({m.d_model}) must be divisible by --heads ({m.n_heads})")
     _check(_finite(m.mlp_ratio) and m.mlp_ratio > 0, f"--mlp-ratio must be a finite number > 0, got {m.mlp_ratio!r}")
+    _at_most(int(round(m.mlp_ratio * m.d_model)), MAX_MLP_WIDTH, f"the MLP width (--mlp-ratio {m.mlp_ratio:g} x "
+             f"--d-model {m.d_model})", "lower --mlp-ratio or --d-model")
+    _at_most(n_params(m), MAX_PARAMS, f"the model (--d-model {m.d_model}, --layers {m.n_layers}, --mlp-ratio "
+             f"{m.mlp_ratio:g})", "lower --d-model or --layers", unit=" weights")
     _check(int(round(m.mlp_ratio * m.d_model)) >= 1,  # the MLP's width, as `trainers.model` rounds it
            f"--mlp-ratio {m.mlp_ratio} x --d-model {m.d_model} rounds to an MLP of width 0; use --mlp-ratio "
            f"above {0.5 / m.d_model:.3g}")
@@ -213,8 +253,10 @@ def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     _check(_finite(o.momentum) and 0 <= o.momentum < 1, f"--momentum must be in [0, 1), got {o.momentum!r}")
     _check(_int(o.batch_size) and o.batch_size >= 1, f"--batch-size must be an integer >= 1, got {o.batch_size!r}")
     _check(_int(o.epochs) and o.epochs >= 1, f"--epochs must be an integer >= 1, got {o.epochs!r}")
+    _at_most(o.epochs, MAX_EPOCHS, "--epochs")
     # data
     _check(_int(d.n_per_level) and d.n_per_level >= 2, f"--n-per-level must be an integer >= 2, got {d.n_per_level!r}")
+    _at_most(d.n_per_level, MAX_N_PER_LEVEL, "--n-per-level (data.n_per_level)")
     _check(_finite(d.test_frac) and 0 < d.test_frac < 1, f"data.test_frac must be in (0, 1), got {d.test_frac!r}")
     n_test = round(d.n_per_level * d.test_frac)  # the split's test share of each level's n puzzles
     if not 1 <= n_test < d.n_per_level:
@@ -222,6 +264,8 @@ def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
         raise InputError(f"--n-per-level {d.n_per_level} leaves {'no test' if n_test < 1 else 'no training'} puzzles "
                          f"per level (test fraction {d.test_frac}); use --n-per-level >= {least}")
     _check(_int(d.n_ood_per_level) and d.n_ood_per_level >= 1, f"data.n_ood_per_level must be an integer >= 1, got {d.n_ood_per_level!r}")
+    if d.ood_puzzles is None:  # else the held-out set is read from that file, not generated
+        _at_most(d.n_ood_per_level, MAX_OOD_PER_LEVEL, "data.n_ood_per_level")
     _check(_finite(d.min_jaccard) and 0 <= d.min_jaccard <= 1, f"--min-jaccard must be in [0, 1], got {d.min_jaccard!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
     _check(d.ood_puzzles is None or isinstance(d.ood_puzzles, str), "--ood-puzzles must be a file path")
@@ -375,8 +419,15 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         for name in ("sample_every", "window", "n_train", "n_test"):
             _check(_int(getattr(d, name)) and getattr(d, name) >= 1, f"data.{name} must be an integer >= 1")
         _check(_int(d.burn_in) and d.burn_in >= 0, f"data.burn_in must be an integer >= 0, got {d.burn_in!r}")
+        for name, limit in MAX_NETSIM.items():
+            _at_most(getattr(d, name), limit, f"--{name.replace('_', '-')} (data.{name})"
+                     if name in ("n_nodes", "n_train", "window") else f"data.{name}")
+        _at_most((d.n_train + 2 * d.n_test) * d.n_nodes * d.window, MAX_NETSIM_VALUES,
+                 f"the simulated data ((--n-train {d.n_train:,} + 2 x data.n_test {d.n_test:,}) windows x --n-nodes "
+                 f"{d.n_nodes:,} x --window {d.window:,})", "lower --n-train, --n-nodes or --window", unit=" values")
     else:
         _check(_int(d.window) and d.window >= 2, f"--window must be an integer >= 2, got {d.window!r}")
+        _at_most(d.window, MAX_WINDOW, "--window (data.window)")
         _check(_int(d.stride) and d.stride >= 1, f"--stride must be an integer >= 1, got {d.stride!r}")
         _check(isinstance(d.test_subjects, str), "--test-subjects must be comma-separated subject ids")
         ids = [t.strip() for t in d.test_subjects.split(",") if t.strip()]

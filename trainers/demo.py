@@ -8,14 +8,19 @@ Trains two learned-PE models on the Latin Square Task with the quick preset, ini
     OUT/analysis/sigma-0.1/ ...      identifiability report per run
     OUT/compare/ ...                 the runs side by side, by pe.init_std
     OUT/summary.md                   OOD accuracy and identifiability metrics of both
+    OUT/.pe-probe-demo               marks the folder as the demo's own (`check_demo_dir`)
+
+OUT must be new, empty, or a demo folder: the demo writes into it (and replaces OUT/compare/ and
+OUT/summary.md), so a folder of the user's own files is refused, --force or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from trainers.config import make_config
 from trainers.ensemble import train_ensemble
@@ -27,6 +32,93 @@ IDENTIFIABILITY_KEYS = (
     "ref_procrustes_distance", "ref_shape_distance", "null_ref_shape_distance_mean", "rsa_spearman", "rsa_p", "recovery_cmds_r2", "recovery_pca_r2", "recovery_smacof_r2", "recovery_umap_r2",
     "probe_r2", "trustworthiness", "knn_overlap", "null_rsa_mean",
 )
+
+
+DEMO_MARKER = ".pe-probe-demo"  # not pe_probe.output.MARKER: that one lets analyze/compare replace the folder
+SUMMARY_TITLE = "# pe-probe demo"
+DEMO_ENTRIES = ("runs", "analysis", "compare", "summary.md", DEMO_MARKER)
+
+
+def check_demo_dir(out: str | os.PathLike) -> Path:
+    """Refuse, before any training, an --out the demo may not write into: an empty path (the current folder),
+    a file, or an existing non-empty folder that is not a demo folder. The demo writes into OUT and replaces
+    OUT/summary.md and OUT/compare/ as a whole, so a folder of the user's own files lost them (exit 0, --force
+    or not). A demo folder carries `DEMO_MARKER`; an older one, written before the marker, is recognised by its
+    entries (`_old_demo_dir`), so it still resumes."""
+    from pe_probe.errors import InputError
+
+    if not str(out):
+        raise InputError('--out "" is an empty path (is a shell variable unset?); name the demo folder, e.g. --out out/demo')
+    path = Path(out)
+    if path.is_symlink() and not path.exists():
+        raise InputError(f"--out {out} is a symbolic link to nothing; remove it or name a new folder")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder; name a new folder, e.g. --out out/demo")
+    entries = sorted(path.iterdir()) if path.is_dir() else []
+    if not entries or (path / DEMO_MARKER).is_file() or _old_demo_dir(path):
+        return path
+    shown = next((e.name for e in entries if not _demo_entry(e.name)), entries[0].name)
+    raise InputError(f"--out {out} exists and is not a folder pe-probe demo wrote (it holds {shown}); the demo writes "
+                     f"runs/, analysis/, compare/ and summary.md into it, replacing what is there: choose a new or empty "
+                     f"folder (--force retrains a demo folder's runs; it does not take over other folders)")
+
+
+def _demo_entry(name: str) -> bool:
+    """A name the demo writes at the top of OUT, or a staging leftover of one (``.compare.staging-...``)."""
+    return name in DEMO_ENTRIES or any(name.startswith(f".{e}.") for e in DEMO_ENTRIES)
+
+
+def _old_demo_dir(path: Path) -> bool:
+    """Whether ``path`` clearly is a demo folder written before `DEMO_MARKER` existed: it holds runs/ with
+    only the demo's runs in it, and otherwise only analysis/ (the demo's runs), compare/ (written by
+    pe-probe, so marked by it) and a summary.md that starts with the demo's title."""
+    from pe_probe.output import MARKER
+
+    entries = {e.name: e for e in path.iterdir()}
+    if "runs" not in entries or not all(_demo_entry(name) for name in entries):
+        return False
+    for folder in ("runs", "analysis"):
+        if folder in entries and not (entries[folder].is_dir() and all(
+                e.name in SIGMAS or any(e.name.startswith(f".{n}.") for n in SIGMAS) for e in entries[folder].iterdir())):
+            return False
+    if "compare" in entries and not (entries["compare"] / MARKER).is_file():
+        return False
+    summary = entries.get("summary.md")
+    if summary is not None:
+        try:
+            with open(summary, "rb") as f:
+                head = f.read(len(SUMMARY_TITLE))
+        except OSError:
+            return False
+        if head != SUMMARY_TITLE.encode():
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def marked_demo_dir(out: Path) -> Iterator[None]:
+    """Create ``out`` (if new) and mark it as the demo's when the demo starts, so a rerun resumes it; a bad
+    setting found later, before training writes anything (no CUDA device, a run of another config), takes
+    the folder and marker back off again: bad input leaves nothing on disk."""
+    from pe_probe.errors import InputError
+
+    created = [d for d in (out, *out.parents) if not d.exists()]  # the folders mkdir makes, deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / DEMO_MARKER
+    marked = not marker.exists()
+    if marked:
+        marker.write_text("written by pe-probe demo: rerun `pe-probe demo --out` with this folder to resume it\n")
+    try:
+        yield
+    except InputError:
+        if marked:
+            marker.unlink(missing_ok=True)
+        for d in created:  # only the ones still empty: anything training wrote stays
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _finished(run: Path, epochs: int, out: Path) -> bool:
@@ -106,10 +198,12 @@ def run_demo(
     device: str = "cpu",
     force: bool = False,
 ) -> Path:
-    """Train, analyse and compare the two runs under ``out``; return the path of ``summary.md``."""
+    """Train, analyse and compare the two runs under ``out``; return the path of ``summary.md``.
+
+    ``out`` must be new, empty or a demo folder (`check_demo_dir`); ``force`` retrains the runs there."""
     from pe_probe.compare import compare
 
-    out = Path(out)
+    out = check_demo_dir(out)
     cfgs = {name: make_config("quick", {
         "pe.kind": "learned", "pe.init": "normal", "pe.init_std": sigma,
         "optim.epochs": epochs, "data.n_per_level": n_per_level, "device": device,
@@ -118,7 +212,8 @@ def run_demo(
     fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs, out) for name, c in cfgs.items()}
     # both runs as one ensemble: on a GPU one batched group; on the CPU side by side, one core each
     print(f"== training {', '.join(cfgs)} ({cfg.optim.epochs} epochs, as one ensemble) ==", flush=True)
-    results = train_ensemble(list(cfgs.values()), [out / "runs" / name for name in cfgs], force=force)
+    with marked_demo_dir(out):
+        results = train_ensemble(list(cfgs.values()), [out / "runs" / name for name in cfgs], force=force)
     acc: dict[str, dict] = dict(zip(cfgs, results))
     ident: dict[str, dict] = {}
     for name in SIGMAS:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.checkpoint import load_checkpoint
-from trainers.config import TrainConfig
+from trainers.config import MAX_N_PER_LEVEL, MAX_NETSIM, MAX_OOD_PER_LEVEL, MAX_WINDOW, TrainConfig
 from trainers.model import PETransformer
 
 
@@ -229,14 +229,33 @@ def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
                              f"shape {shape}, the weights hold {stored or 'none'}; {_EDITED}")
     if len(blocks) != m.n_layers or (blocks and max(blocks) != m.n_layers - 1):  # no set(range(n)): n may be 10^12
         raise InputError(f"{path}: its config says {m.n_layers} layers, the weights hold {len(blocks)} blocks; {_EDITED}")
+    check_finite_weights(state, path)  # every reader of a checkpoint's model (LST, netsim, brain) comes here
+
+
+def check_finite_weights(state: dict[str, Tensor], path: Any) -> None:
+    """Refuse weights holding NaN or Inf, naming the first such tensor: a diverged run (or a damaged file)
+    gives NaN logits, whose argmax is class 0, and evaluation then printed plausible accuracies near
+    chance with exit 0. Only dense float tensors up to the largest model pe-probe trains are scanned (an
+    edited, oversized one fails loading on its shape anyway)."""
+    from pe_probe.errors import InputError
+    from trainers.config import MAX_PARAMS
+
+    for name, t in state.items():
+        if (t.layout != torch.strided or t.device.type == "meta" or t.numel() > MAX_PARAMS
+                or not (t.is_floating_point() or t.is_complex())):
+            continue
+        if not bool(torch.isfinite(t).all()):
+            bad = "NaN" if bool(torch.isnan(t).any()) else "Inf"
+            raise InputError(f"{path}: its weight {name} holds {bad}: the run diverged or the file is damaged; "
+                             f"evaluate an earlier checkpoint (RUN/checkpoints/step-N.pt) or re-train")
 
 
 # Evaluating without --puzzles regenerates the run's data from its config (`trainers.train.load_splits`,
 # training pool included, ~4 s per 100,000 puzzles a level; OOD exclusion costs OOD x pool). The study
 # uses 3,000 and 36 per level, and the default --min-jaccard already leaves no pool above ~200 OOD puzzles
 # a level; an edited config (10^9) would run for hours, so larger ones are refused.
-MAX_PER_LEVEL = 1_000_000
-MAX_OOD_PER_LEVEL = 10_000
+# (The same limits bound training: `trainers.config.validate`.)
+MAX_PER_LEVEL = MAX_N_PER_LEVEL
 
 
 def check_data_sizes(cfg: TrainConfig, path: Any) -> None:
@@ -260,9 +279,7 @@ def _refuse_above(data: Any, limits: dict[str, int], path: Any, fix: str) -> Non
 
 # A netsim evaluation regenerates the simulation from its config (n_nodes^2 work per step, for every window):
 # limits far above every preset (paper: 64 nodes, 8,000 windows of 16 samples) that an edited config may not pass.
-MAX_NETSIM = {"n_nodes": 10_000, "n_train": 1_000_000, "n_test": 1_000_000, "window": 10_000, "sample_every": 1_000,
-              "burn_in": 1_000_000}
-MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
+# (MAX_NETSIM and MAX_WINDOW, brain's TRs per token, live in `trainers.config`, which bounds training too.)
 
 
 def check_masked_data_sizes(cfg: Any, path: Any) -> None:
