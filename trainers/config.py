@@ -174,7 +174,7 @@ def _int(x: Any) -> bool:
 # Upper bounds far above every preset (LST paper: d_model 160, 4 layers, 1 head, MLP 640, 4,000 epochs, 3,000
 # puzzles a level; netsim paper: 64 nodes, 20,000 windows of 16 samples). A value above one is a typo that makes
 # the run impossible (allocating terabytes, or generating data for days): refused in one line before anything is
-# built, for the trainers' flags and for --set / config.json keys alike. `trainers.evaluate` reuses the data ones.
+# built, for the trainers' flags and for --set / config.json keys alike. `pe-probe evaluate` gets them with the config.
 MAX_D_MODEL = 8192
 MAX_LAYERS = 256
 MAX_HEADS = 256

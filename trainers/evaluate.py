@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.checkpoint import load_checkpoint
-from trainers.config import MAX_N_PER_LEVEL, MAX_NETSIM, MAX_OOD_PER_LEVEL, MAX_WINDOW, TrainConfig
+from trainers.config import TrainConfig
 from trainers.model import PETransformer
 
 
@@ -250,43 +250,6 @@ def check_finite_weights(state: dict[str, Tensor], path: Any) -> None:
                              f"evaluate an earlier checkpoint (RUN/checkpoints/step-N.pt) or re-train")
 
 
-# Evaluating without --puzzles regenerates the run's data from its config (`trainers.train.load_splits`,
-# training pool included, ~4 s per 100,000 puzzles a level; OOD exclusion costs OOD x pool). The study
-# uses 3,000 and 36 per level, and the default --min-jaccard already leaves no pool above ~200 OOD puzzles
-# a level; an edited config (10^9) would run for hours, so larger ones are refused.
-# (The same limits bound training: `trainers.config.validate`.)
-MAX_PER_LEVEL = MAX_N_PER_LEVEL
-
-
-def check_data_sizes(cfg: TrainConfig, path: Any) -> None:
-    """Refuse data sizes no real run uses before regenerating any puzzle (one line, naming the limit)."""
-    limits = {"n_per_level": MAX_PER_LEVEL}
-    if cfg.data.ood_puzzles is None:  # else the OOD set is read from that file, not generated
-        limits["n_ood_per_level"] = MAX_OOD_PER_LEVEL
-    _refuse_above(cfg.data, limits, path, "pass --puzzles FILE, or re-save the checkpoint")
-
-
-def _refuse_above(data: Any, limits: dict[str, int], path: Any, fix: str) -> None:
-    """InputError naming the first data setting of a checkpoint's config above its limit, and ``fix``."""
-    from pe_probe.errors import InputError
-
-    for key, limit in limits.items():
-        value = getattr(data, key)
-        if value > limit:
-            raise InputError(f"{path}: its config's data.{key} is {value:,}, above the {limit:,} pe-probe regenerates "
-                             f"for an evaluation; {fix}")
-
-
-# A netsim evaluation regenerates the simulation from its config (n_nodes^2 work per step, for every window):
-# limits far above every preset (paper: 64 nodes, 8,000 windows of 16 samples) that an edited config may not pass.
-# (MAX_NETSIM and MAX_WINDOW, brain's TRs per token, live in `trainers.config`, which bounds training too.)
-
-
-def check_masked_data_sizes(cfg: Any, path: Any) -> None:
-    """Refuse netsim / brain data sizes no real run uses before any data is regenerated or loaded."""
-    _refuse_above(cfg.data, MAX_NETSIM if cfg.task == "netsim" else {"window": MAX_WINDOW}, path, _EDITED)
-
-
 def evaluate_checkpoint(
     path: str | os.PathLike, puzzles: str | os.PathLike | None = None, device: str = "cpu"
 ) -> dict[str, float | int]:
@@ -314,8 +277,7 @@ def evaluate_checkpoint(
             raise InputError(f"--puzzles applies to the Latin Square Task only; {path} is a {task} checkpoint")
         return evaluate_masked_checkpoint(path, device=device)
     model, cfg = model_from_checkpoint(ckpt, dev, path)
-    if puzzles is None:
-        check_data_sizes(cfg, path)
+    if puzzles is None:  # data sizes above every preset were refused with the config (`trainers.config.validate`)
         if cfg.data.ood_puzzles is not None and not os.path.isfile(cfg.data.ood_puzzles):  # moved since training
             from pe_probe.errors import InputError
 

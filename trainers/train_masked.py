@@ -227,15 +227,13 @@ def train_masked(
 def evaluate_masked_checkpoint(path: str | os.PathLike, device: str = "cpu") -> dict[str, float | int]:
     """MSE of a netsim / brain checkpoint on every split of its own (regenerated) data."""
     from trainers.config import validate_masked
-    from trainers.evaluate import (check_masked_data_sizes, check_weight_sizes, checked_coords, rebuilding_model,
-                                   resolve_device)
+    from trainers.evaluate import check_weight_sizes, checked_coords, rebuilding_model, resolve_device
 
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
     with rebuilding_model(path):
         cfg = validate_masked(MaskedTrainConfig.from_dict(ckpt["config"]))
-    # an untrusted checkpoint: sizes checked before the data is regenerated and the model built
-    check_masked_data_sizes(cfg, path)
+    # an untrusted checkpoint: data sizes were checked with its config (`validate_masked`), weights before the model is built
     check_weight_sizes(cfg, ckpt.get("model"), path, n_in=cfg.data.window + 1)
     data = load_task_data(cfg)
     window = int(np.asarray(data["splits"]["train"][0]).shape[-1])

@@ -11,8 +11,8 @@ import trainers.train
 from pe_probe.errors import InputError
 from pe_probe.groundtruth import grid
 from trainers.checkpoint import make_payload, save_checkpoint
-from trainers.config import make_config
-from trainers.evaluate import MAX_OOD_PER_LEVEL, MAX_PER_LEVEL, check_data_sizes, evaluate_checkpoint, model_from_checkpoint
+from trainers.config import MAX_N_PER_LEVEL, MAX_OOD_PER_LEVEL, make_config, validate
+from trainers.evaluate import evaluate_checkpoint, model_from_checkpoint
 from trainers.model import PETransformer
 
 torch.set_num_threads(1)
@@ -65,7 +65,7 @@ def test_edited_sizes_are_refused_before_the_model_is_built(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("key, value, limit", [("n_ood_per_level", 10**9, MAX_OOD_PER_LEVEL),
-                                               ("n_per_level", 10**12, MAX_PER_LEVEL)])
+                                               ("n_per_level", 10**12, MAX_N_PER_LEVEL)])
 def test_data_sizes_no_run_uses_are_refused_before_generating(tmp_path, monkeypatch, key, value, limit):
     ckpt = _payload()
     ckpt["config"]["data"][key] = value
@@ -80,7 +80,7 @@ def test_data_sizes_no_run_uses_are_refused_before_generating(tmp_path, monkeypa
 
 def test_ood_count_is_not_checked_when_the_ood_set_is_a_file():
     cfg = make_config("quick", {"data.n_ood_per_level": 10**9, "data.ood_puzzles": "ood.csv"})
-    check_data_sizes(cfg, "x.pt")  # the OOD set is read from the file, not generated
+    validate(cfg)  # the OOD set is read from the file, not generated
 
 
 def test_an_unedited_checkpoint_still_rebuilds_exactly():
