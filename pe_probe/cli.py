@@ -32,14 +32,22 @@ reading the numbers:
 """
 
 
-def _layer(text: str):
-    t = text.strip().lower()
-    if t in ("mean", "all"):
-        return t
-    try:
-        return int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--layer takes an integer, 'mean' or 'all', got {text!r}") from None
+def _layer(allow_all: bool = True):
+    """An argparse type for --layer: an index, 'mean' and, where one report per layer makes sense, 'all'."""
+    def parse(text: str):
+        t = text.strip().lower()
+        if t == "all" and not allow_all:
+            raise argparse.ArgumentTypeError("compare measures one table per source: pass --layer N or --layer mean "
+                                             "(pe-probe analyze --layer all reports every layer of one model)")
+        if t in ("mean", "all"):
+            return t
+        try:
+            return int(t)
+        except ValueError:
+            choices = "an integer, 'mean' or 'all'" if allow_all else "an integer or 'mean'"
+            raise argparse.ArgumentTypeError(f"--layer takes {choices}, got {text!r}") from None
+
+    return parse
 
 
 def _count(limit: str | None = None, minimum: int = 0):
@@ -87,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--ground-truth", "-g", metavar="SPEC", help="N x k coordinates: a .npy/.csv/.txt file, or line:N, "
                    "grid:HxW, grid:HxWxD (default: the checkpoint's own ground truth)")
     a.add_argument("--param", metavar="NAME", help="tensor to analyse (default: found automatically)")
-    a.add_argument("--layer", type=_layer, metavar="N|mean|all", help="for models with one PE table per layer: "
+    a.add_argument("--layer", type=_layer(), metavar="N|mean|all", help="for models with one PE table per layer: "
                    "an index, their mean, or all (one report per layer); default 0")
     a.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of the table (e.g. 0:128)")
     a.add_argument("--drop-extra-tokens", type=_count(), metavar="K", help="leading rows to drop (ViT CLS tokens "
@@ -140,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--positions", metavar="A:B", help="analyse rows A..B-1 of every table (e.g. 0:128)")
     c.add_argument("--drop-extra-tokens", type=_count(), metavar="K",
                    help="leading rows to drop from every table (default: detect CLS/offset rows; 0 keeps every row)")
-    c.add_argument("--layer", type=_layer, metavar="N|mean",
+    c.add_argument("--layer", type=_layer(allow_all=False), metavar="N|mean",
                    help="for models with one PE table per layer: which one (default: 0; compare.csv's "
                    "param, layer and notes columns say which table each row measured)")
     c.add_argument("--pe-metric", default="euclidean", choices=("euclidean", "cosine", "correlation"),
@@ -306,9 +314,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
-    if args.layer == "all":
-        raise InputError("compare measures one table per source: pass --layer N or --layer mean "
-                         "(pe-probe analyze --layer all reports every layer of one model)")
     if args.address is not None and args.backend != "ray":  # it was silently ignored
         raise InputError("--address joins a Ray cluster, an option of --backend ray; add --backend ray or drop --address")
     load = {k: v for k, v in (("layer", args.layer), ("param", args.param), ("positions", args.positions),

@@ -92,6 +92,15 @@ def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source],
             out.append(_Source(target, p.name))
         else:
             out.append(_Source(p, p.stem if p.is_file() else p.name))
+    seen: dict[Path, str] = {}
+    for given, s in zip(paths, out):  # twice the same checkpoint would count twice in every correlation
+        key = s.path.resolve()
+        shown = show_path(str(given))
+        if key in seen:
+            same = f"{shown} is given twice" if seen[key] == shown else \
+                f"{shown} and {seen[key]} are the same source ({show_path(str(s.path))})"
+            raise InputError(f"{same}; give each source once")
+        seen[key] = shown
     labels = [s.label for s in out]
     if len(set(labels)) < len(labels):  # make labels unique with their full paths
         out = [_Source(s.path, str(s.path)) for s in out]

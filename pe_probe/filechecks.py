@@ -127,6 +127,31 @@ def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[
     return out
 
 
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def check_not_numpy(path: Path) -> None:
+    """Refuse a NumPy file saved under a torch name (``.npy``/``.npz`` renamed ``.pt``): torch cannot read it and
+    would call it corrupt or pickled code; the fix is its real suffix."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(NPY_MAGIC))
+        is_npz = (head[:2] == b"PK" and zipfile.is_zipfile(path)
+                  and _zip_names_are_arrays(path))
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return  # torch.load says what is wrong with it
+    if head == NPY_MAGIC or is_npz:
+        real = ".npz" if is_npz else ".npy"
+        raise InputError(f"{show_path(path)}: this is a NumPy {real} file, not a torch file; rename it to "
+                         f"{path.with_suffix(real).name} (or load it with numpy and save it with torch.save)")
+
+
+def _zip_names_are_arrays(path: Path) -> bool:
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    return bool(names) and all(n.endswith(".npy") for n in names)
+
+
 def check_torch_pickle(path: Path) -> None:
     """Refuse a torch zip whose pickle (``data.pkl``) is larger, uncompressed, than any real checkpoint's.
 

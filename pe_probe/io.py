@@ -32,7 +32,7 @@ import numpy as np
 
 from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.filechecks import check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
+from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
 
@@ -222,6 +222,7 @@ def load_table(
     layer: int | str | None = None,
     positions: str | tuple[int | None, int | None] | None = None,
     drop_extra_tokens: int | None = None,
+    min_positions: int = MIN_POSITIONS,
 ) -> LoadedTable:
     """Load the (N, d) PE table to analyse from ``source``.
 
@@ -234,6 +235,8 @@ def load_table(
         after extra tokens are dropped.
     drop_extra_tokens : leading rows to drop; None detects ViT CLS/distillation tokens and
         OPT/RoBERTa offset rows; 0 keeps every row.
+    min_positions : fewest rows accepted (a table read as a reference is checked against the analysed one
+        instead, which names the real problem).
     """
     store, meta = _open(source)
     src = os.fspath(source)
@@ -277,8 +280,8 @@ def load_table(
             gt = gt.rows(start, stop)
         span = (start, stop)
         notes.append(f"analysing positions {start}:{stop}")
-    if stop - start < MIN_POSITIONS:
-        raise InputError(f"{shown}: only {stop - start} positions to analyse; need at least {MIN_POSITIONS} "
+    if stop - start < min_positions:
+        raise InputError(f"{shown}: only {stop - start} positions to analyse; need at least {min_positions} "
                          f"(check --positions / --param)")
     check_fits_in_memory(stop - start)  # before reading: a tiny file can claim a huge table
     check_tensor_bytes((len(chosen), stop - start, n_dims), labels[chosen[0]])
@@ -478,6 +481,7 @@ def _torch_load(path: Path) -> Any:
     import warnings
 
     check_safe_torch_loader(path)
+    check_not_numpy(path)
     check_torch_pickle(path)  # a crafted multi-MB pickle would take minutes to unpickle
     label = show_path(path)
     try:

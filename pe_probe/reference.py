@@ -85,9 +85,10 @@ def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:
     check_not_special(path, "reference")
     from .io import load_table
 
-    ref = load_table(path).table
+    ref = load_table(path, min_positions=1).table
     if ref.shape[0] != n:
-        raise InputError(f"reference {s!r} has {ref.shape[0]} positions but the table has {n}")
+        raise InputError(f"reference {s!r} has {ref.shape[0]} positions but the table has {n}; give a reference "
+                         "with one row per analysed position (or choose the table's rows with --positions)")
     return ref, str(path)
 
 

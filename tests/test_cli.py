@@ -175,6 +175,7 @@ class Evil:
 @pytest.mark.parametrize("case", [
     "missing", "n_mismatch", "nan", "few", "one_d", "three_d", "unknown_param", "bad_spec", "bad_csv",
     "pickle", "bad_method", "bad_metric_option", "bad_positions", "name_too_long", "unreadable",
+    "npy_named_pt", "npz_named_pt", "short_reference", "long_reference",
 ])
 def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
@@ -226,6 +227,19 @@ def test_bad_input_exit_2_one_line_nothing_written(case, tmp_path, capsys, monke
         monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (_ for _ in ()).throw(
             PermissionError(13, "Permission denied", str(f))) if str(f) == str(src) else real_open(f, *a, **k))
         needles = ("t.npy: Permission denied; check its permissions",)
+    elif case in ("npy_named_pt", "npz_named_pt"):  # torch called these "pickled code" or corrupt
+        src = tmp_path / "table.pt"
+        table = np.random.default_rng(0).normal(size=(16, 8))
+        with open(src, "wb") as fh:
+            np.save(fh, table) if case == "npy_named_pt" else np.savez(fh, pe=table)
+        real = ".npy" if case == "npy_named_pt" else ".npz"
+        needles = (f"NumPy {real} file", f"rename it to table{real}")
+    elif case in ("short_reference", "long_reference"):  # 3 rows were blamed on --positions / --param
+        ref = tmp_path / "ref.npy"
+        np.save(ref, np.ones((3 if case == "short_reference" else 20, 8)))
+        extra = ["--reference", ref]
+        needles = ("has 3 positions" if case == "short_reference" else "has 20 positions", "table has 16",
+                   "one row per analysed position")
     code, _, err = run(["analyze", src, "-g", gt, "--out", out, *extra, *FAST], capsys)
     assert_input_error(code, err, *needles)
     assert not out.exists()

@@ -157,7 +157,7 @@ def test_single_run_folder_is_a_trajectory(tmp_path, analyze_source_available):
     page = (out / "trajectory.html").read_text()
     assert 'data-frames="5"' in page and "sliders" in page
     # two run folders: each becomes its last.pt, no trajectory
-    srcs2, traj2 = expand_sources([run, run])
+    srcs2, traj2 = expand_sources([run, _run_folder(tmp_path / "second")])
     assert not traj2 and all(s.path.name == "last.pt" for s in srcs2)
 
 
@@ -191,11 +191,12 @@ def test_sources_without_a_pe_table_are_skipped(noise_sweep, tmp_path, capsys, a
     torch.save({"format": "pe-probe-checkpoint/1", "model": {"blocks.0.attn.pe.offset_table": torch.randn(71, 12)},
                 "config": {"pe": {"kind": "relative"}}, "pe_params": [], "ground_truth": None, "step": 0,
                 "epoch": 0, "metrics": {}}, rel)
+    (tmp_path / "relative2.pt").write_bytes(rel.read_bytes())
     frame = compare([noise_sweep[0], rel, noise_sweep[1]], tmp_path / "out", progress=False,
                     analyze_kwargs={"n_perm": 0, "n_boot": 0}, formats=("png",))
     assert len(frame) == 2 and "skipping" in capsys.readouterr().err
     with pytest.raises(InputError, match="no source has a PE table"):
-        compare([rel, rel], tmp_path / "none", progress=False, analyze_kwargs={"n_perm": 0})
+        compare([rel, tmp_path / "relative2.pt"], tmp_path / "none", progress=False, analyze_kwargs={"n_perm": 0})
     assert not (tmp_path / "none").exists()
 
 
@@ -229,6 +230,28 @@ def test_rows_say_which_table_they_measured(tmp_path, capsys, analyze_source_ava
 def test_missing_source_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not found"):
         expand_sources([tmp_path / "nope.pt"])
+
+
+def test_the_same_source_twice_is_refused_by_any_name(tmp_path):
+    """Twice the same checkpoint counted twice in every correlation of compare.csv."""
+    run = _run_folder(tmp_path)
+    other = _run_folder(tmp_path / "b")
+    with pytest.raises(InputError, match="is given twice; give each source once"):
+        expand_sources([run, other, run])
+    with pytest.raises(InputError, match="are the same source"):
+        expand_sources([run, run / "last.pt"])  # a run folder stands for its last.pt
+    (tmp_path / "link.pt").symlink_to(other / "last.pt")
+    with pytest.raises(InputError, match="are the same source"):
+        expand_sources([other, tmp_path / "link.pt"])
+    assert len(expand_sources([run, other])[0]) == 2
+
+
+def test_compare_layer_all_is_refused_by_the_parser_without_offering_it(tmp_path, capsys):
+    from pe_probe.cli import main
+
+    assert main(["compare", str(tmp_path), "-o", str(tmp_path / "c"), "--layer", "two"]) == 2
+    err = capsys.readouterr().err
+    assert "an integer or 'mean'" in err and "'all'" not in err
 
 
 def test_sweep_glob_skips_folders_that_are_not_runs(tmp_path, capsys):
