@@ -524,11 +524,15 @@ def test_the_gpu_form_of_the_linear_layers_fills_no_output_from_a_broadcast_bias
     backward fills a tensor from a broadcast (zero-stride) one, as ``baddbmm(bias, ...)`` does before
     each product (on the H200, 19 strided bf16 copies per K = 300 step, ~14% of its GPU time). The CPU's
     baddbmm form is the control (the detector sees its fills), and both forms give the same losses and
-    gradients."""
+    gradients. bf16 autocast runs on any CPU here (emulated where it lacks native bf16, which only `--bf16`
+    refuses, for speed): this test is about the operators dispatched, not their speed."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import trainers.ensemble as E
+    import trainers.evaluate
     from trainers.evaluate import bf16_autocast
+
+    monkeypatch.setattr(trainers.evaluate, "cpu_has_bf16", lambda: True)
 
     class Calls(TorchDispatchMode):
         def __init__(self):
