@@ -6,9 +6,10 @@ The metric keys and definitions are those of DESIGN.md section 4; each measure l
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,25 +27,40 @@ from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .spectrum import explained_variance_ratio, participation_ratio
-from .validation import check_choice, check_coords, check_fits_in_memory, check_positive_int, check_table
+from .validation import (
+    as_float_array,
+    check_choice,
+    check_coords,
+    check_fits_in_memory,
+    check_positive_int,
+    check_table,
+)
 
 DEFAULT_METHODS = ("pca", "cmds", "smacof")
 
 
 def as_ground_truth(ground_truth: GroundTruth | np.ndarray | str) -> GroundTruth:
-    """Accept a GroundTruth, a spec string / path, or an (N, k) array."""
+    """Accept a GroundTruth, a spec string / path, or an (N, k) array or tensor (copied)."""
     if isinstance(ground_truth, GroundTruth):
         return ground_truth
     if isinstance(ground_truth, (str, bytes)) or hasattr(ground_truth, "__fspath__"):
         return parse_ground_truth(ground_truth)
-    coords = np.asarray(ground_truth, dtype=np.float64)
+    if ground_truth is None:
+        raise InputError("no ground truth: pass a spec (line:N, grid:HxW, grid:HxWxD), a .npy/.csv/.txt file of "
+                         "N x k coordinates, an (N, k) array or a GroundTruth")
+    coords = as_float_array(ground_truth, "ground truth")
     if coords.ndim == 1:
         coords = coords[:, None]
     return GroundTruth(coords=coords, spec="array", kind="file", shape=None)
 
 
 def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
-    items = [m.strip().lower() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
+    """``"pca,cmds"`` or ``["pca", "cmds"]`` -> ``("pca", "cmds")``, checked against `METHODS`."""
+    items = methods.split(",") if isinstance(methods, str) else list(methods) if isinstance(methods, Iterable) else None
+    if items is None or not all(isinstance(m, str) for m in items):
+        raise InputError(f"methods must be a comma-separated string or a list of names from {','.join(METHODS)}, "
+                         f"got {methods!r:.60}")
+    items = [m.strip().lower() for m in items if m.strip()]
     if not items:
         raise InputError(f"no recovery methods given; choose from {','.join(METHODS)}")
     for m in items:
@@ -56,6 +72,9 @@ MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
 MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
+# Below this many resamples the 2.5% and 97.5% percentiles fall between the two most extreme resamples
+# (0.025 (n - 1) < 1): the CI's ends are those extremes, not percentiles (n_boot = 1: a zero-width CI).
+MIN_BOOT_CI = 40
 
 
 def auto_n_null(n_pairs: int) -> int:
@@ -91,8 +110,9 @@ NO_REFLECTION_REFUSED = ("--no-reflection (allow_reflection=False) is not suppor
 
 
 def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str | Sequence[str] = DEFAULT_METHODS,
-            n_perm: int = 1000, n_boot: int = 1000, seed: int = 0, reference: str | None = None,
-            allow_reflection: bool = True, n_null: int | None = None, neighbours: int | None = None,
+            n_perm: int = 1000, n_boot: int = 1000, seed: int = 0,
+            reference: str | os.PathLike | np.ndarray | None = None, allow_reflection: bool = True,
+            n_null: int | None = None, neighbours: int | None = None,
             provenance: dict[str, Any] | None = None, progress: bool = False,
             chance: ChanceModel | None = None) -> AnalysisResult:
     """Measure how well a PE table (N x d) recovers the geometry of ground-truth coordinates (N x k).
@@ -104,12 +124,13 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     pe_metric : distance between table rows for RSA and MDS: "euclidean", "cosine" or "correlation".
     methods : recovery methods among pca, cmds, smacof, umap (umap JIT-compiles, ~10-15 s once).
     n_perm : permutations for the Mantel and PROTEST p-values (0 skips them).
-    n_boot : bootstrap resamples for the RSA confidence interval (0 skips it).
+    n_boot : bootstrap resamples for the RSA confidence interval (0 skips it; below `MIN_BOOT_CI` a note says
+        the CI is unreliable).
     seed : seeds every random step (permutations, bootstrap, random tables, UMAP, CV folds).
-    reference : "sin1d", "sin2d:HxW" or a table file, for `ref_shape_distance`.
+    reference : "sin1d", "sin2d:HxW", a table file, or an (N, d') array / tensor, for `ref_shape_distance`.
     allow_reflection : must stay True (Procrustes with reflections, the scipy definition); False raises
         `InputError` (`NO_REFLECTION_REFUSED`: the recovered layouts have no defined handedness).
-    n_null : random tables for the chance level (default: 20, fewer for very large N).
+    n_null : random tables for the chance level (default: 20, fewer for very large N; 0 skips it; 1 has no sd).
     chance : how those tables are drawn (`pe_probe.chance`); default Gaussian N(0, var(table)) tables of the
         table's shape. `analyze_view` passes random PE tables read through the view's model maps.
     neighbours : k for trustworthiness / kNN overlap, below N/2 (default min(5, N//2 - 1)).
@@ -183,6 +204,10 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         if boot_valid < n_boot:
             notes.append(f"bootstrap CI from {boot_valid} of {n_boot} resamples: the others drew too few distinct "
                          f"positions for a correlation (likely with N={n}); read the CI as rough")
+        if n_boot < MIN_BOOT_CI:
+            notes.append(f"bootstrap CI from only {n_boot} resamples: its ends are the most extreme resamples, "
+                         f"not 2.5% / 97.5% percentiles (fewer than {MIN_BOOT_CI}), so it is unreliable; use "
+                         f"n_boot >= 1000 (--n-boot)")
         if bt.method == "rank-cached":
             notes.append(f"bootstrap CI by the rank-cached approximation (N={n} > {stats.EXACT_BOOTSTRAP_MAX_N}): "
                          "it keeps full-sample ranks, which leaves out their own resampling noise: its CI width "
@@ -245,6 +270,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
             notes.append(f"chance level from {n_null - flat} of {n_null} random tables: {flat} gave rows all equally far "
                          f"apart (no geometry), so the view barely depends on the table")
             null = null[~np.isnan(null)]
+    if n_null == 1:
+        notes.append("chance level from a single random table: it has no spread (null_rsa_sd is n/a); use n_null >= 2 "
+                     "(--n-null; default 20)")
     m["null_rsa_mean"] = float(null.mean()) if len(null) else float("nan")
     m["null_rsa_sd"] = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
     if ref is not None:  # unrelated tables are closer than pi/2 after the best rotation: how close, by chance

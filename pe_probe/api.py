@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from .analysis import analyze, as_ground_truth
-from .errors import InputError
+from .errors import InputError, show_path
 from .groundtruth import MAX_POSITIONS, GroundTruth, grid, line
 from .output import check_out_dir, staged_dir, write_data_files
 from .result import AnalysisResult
@@ -82,13 +82,61 @@ def _refuse_counting_dropped_rows(ground_truth, n_rows: int, extra: int | None, 
                          f"row(s) {why}; pass --drop-extra-tokens 0 to keep them, or a ground truth of {n_rows} positions")
 
 
+def _check_source(source: Any) -> str:
+    """``source`` as text, when it is a path or ``builtin:...`` spec; anything else (an array, a tensor, a dict of
+    them) raises InputError naming `analyze`, which takes tables."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"source must be a path (a file, a folder or builtin:...), got {type(source).__name__}; "
+                         f"for an array or tensor use pe_probe.analyze(table, ground_truth)")
+    return str(source)
+
+
+def _check_layer(layer: Any, choices: str) -> int | str | None:
+    """``layer`` as the loaders take it: None, an index, ``"mean"`` or ``"all"`` (as text, any case); anything else
+    (0.0, True, "x") raises InputError saying what ``choices`` the caller takes. The range is checked later."""
+    if layer is None:
+        return None
+    if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
+        return int(layer)
+    key = layer.strip().lower() if isinstance(layer, str) else None
+    if key in ("mean", "all"):
+        return key
+    if key is not None and key.isdecimal():
+        return int(key)
+    raise InputError(f"layer must be {choices}, got {layer!r}")
+
+
+def _check_seed(analyze_kwargs: dict[str, Any]) -> int:
+    """The ``seed`` among `analyze`'s keyword arguments, checked as `analyze` checks it (it is used before)."""
+    from .analysis import MAX_SEED
+    from .validation import check_positive_int
+
+    return check_positive_int(analyze_kwargs.get("seed", 0), "seed", maximum=MAX_SEED)
+
+
+def _refuse_layer_out_of_range(source: str | os.PathLike, param: str | None, layer: int) -> None:
+    """Raise InputError when ``layer`` is past the source's per-layer tables, saying what `analyze_source` takes
+    (the loader's message offers 'all', which only the command line and `analyze_view` take)."""
+    try:
+        n = n_layers(source, param)
+    except InputError:
+        return
+    if not 0 <= layer < n:
+        valid = "0" if n == 1 else f"0..{n - 1}"
+        raise InputError(f"{show_path(str(source))}: --layer {layer} is out of range; this source has {n} PE table(s), "
+                         f"valid: {valid} or mean (every layer: --layer all, in Python analyze_view(source, 'raw', "
+                         f"layer='all'))") from None
+
+
 def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str | None = None,
                    layer: int | str | None = None, positions: str | tuple[int, int] | None = None,
                    drop_extra_tokens: int | None = None, **analyze_kwargs: Any) -> AnalysisResult:
     """Load the PE table of ``source`` (checkpoint, state_dict, safetensors, HF folder, raw table or
-    ``builtin:...``) and run `analyze` on it against ``ground_truth`` (default: the checkpoint's own)."""
-    src = str(source)
-    seed = int(analyze_kwargs.get("seed", 0))
+    ``builtin:...``) and run `analyze` on it against ``ground_truth`` (default: the checkpoint's own).
+    For a table already in memory (array or tensor) call `analyze` itself."""
+    src = _check_source(source)
+    layer = _check_layer(layer, "an integer index or 'mean'")
+    seed = _check_seed(analyze_kwargs)
     if src.startswith(BUILTIN_PREFIX):
         if param is not None or layer not in (None, 0, "0", "mean") or drop_extra_tokens:
             raise InputError(f"{src} is one table with no extra rows: drop --param / --layer / --drop-extra-tokens")
@@ -113,7 +161,12 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
 
     from .io import load_table
 
-    loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
+    try:
+        loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
+    except InputError:
+        if isinstance(layer, int):
+            _refuse_layer_out_of_range(source, param, layer)
+        raise
     full_rows = loaded.original_shape[-2] - loaded.extra_tokens if len(loaded.original_shape) >= 2 else len(loaded.table)
     if loaded.positions is None:
         _refuse_counting_dropped_rows(ground_truth, len(loaded.table), loaded.extra_tokens, drop_extra_tokens)
@@ -147,9 +200,21 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
     Returns one result per table the view yields (one per layer for ``layer="all"``).
     """
     from .io import open_state
-    from .validation import check_choice
+    from .validation import check_choice, check_positive_int
 
+    _check_source(source)
     view = check_choice(str(view).lower(), VIEWS, "--view")
+    layer = _check_layer(layer, "an integer index, 'mean' or 'all'")
+    seed = _check_seed(analyze_kwargs)
+    if attention_reference is not None and view != "attention":
+        raise InputError("--attention-reference applies to --view attention only; add --view attention or drop it")
+    if view == "attention":
+        given = [flag for flag, value in (("--param", param), ("--positions", positions),
+                                          ("--drop-extra-tokens", drop_extra_tokens)) if value is not None]
+        if given:
+            raise InputError(f"--view attention analyses the model's whole attention maps and takes no "
+                             f"{' / '.join(given)}; drop {'it' if len(given) == 1 else 'them'}")
+        n_puzzles = check_positive_int(n_puzzles, "n_puzzles", minimum=1)
     if view == "raw":
         layers = list(range(n_layers(source, param))) if layer == "all" else [layer]
         return [analyze_source(source, ground_truth, param=param, layer=lay, positions=positions,
@@ -167,7 +232,6 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
                              f"{source} is a {meta.get('source_kind')}")
         from trainers.attention import attention_maps, attention_model, attention_similarity, model_attention_maps
 
-        seed = int(analyze_kwargs.get("seed", 0))
         model, x = attention_model(source, n_puzzles=n_puzzles, seed=seed)
         maps = model_attention_maps(model, x)
         sims = None
@@ -180,7 +244,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
                           "attention_similarity": float(np.mean(sims)) if sims is not None else None},
                           _attention_chance(model, x, None, reruns)))
         else:
-            idx = list(chosen) if chosen is not None else [0 if layer is None else int(layer)]
+            idx = list(chosen) if chosen is not None else [0 if layer is None else layer]
             for i in idx:
                 if not 0 <= i < len(maps):
                     raise InputError(f"--layer {i} out of range: the model has {len(maps)} attention layers")
@@ -216,7 +280,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
 
                 res.metrics.update(causal_mask_baseline(table, res.coords, pe_metric=res.pe_metric,
                                                         n_boot=analyze_kwargs.get("n_boot", 1000),
-                                                        seed=analyze_kwargs.get("seed", 0), window=info.get("window")))
+                                                        seed=seed, window=info.get("window")))
         if info.get("attention_similarity") is not None:
             res.metrics["attention_similarity"] = info["attention_similarity"]
         results.append(res)
@@ -259,7 +323,7 @@ def _stored_shape(state: Any, param: Any) -> list[int] | None:
 
 def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
     """How many per-layer PE tables ``source`` holds (1 for most models)."""
-    if str(source).startswith(BUILTIN_PREFIX):
+    if _check_source(source).startswith(BUILTIN_PREFIX):
         return 1
     from .io import load_table
 
@@ -267,11 +331,22 @@ def n_layers(source: str | os.PathLike, param: str | None = None) -> int:
 
 
 def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike, *, force: bool = False,
-                   figures: bool = True, formats: Sequence[str] = ("png", "pdf")) -> Path:
+                   figures: bool = True, formats: str | Sequence[str] = ("png", "pdf")) -> Path:
     """Write the report folder of one analysis (DESIGN.md section 5), completely or not at all;
     ``formats``: the static figures' formats (the first one is shown on the index page). As on the command
     line, ``out_dir`` may not be, hold or sit inside the analysis's inputs (the source and a ground-truth
-    file named in its provenance; `check_out_dir`), ``force`` or not."""
+    file named in its provenance; `check_out_dir`), ``force`` or not. ``formats`` may be one name ("png")."""
+    if isinstance(result, (list, tuple)):
+        raise InputError("write_analysis takes one result; analyze_view returns a list: write each (e.g. to "
+                         "out/layer-N)")
+    if not isinstance(result, AnalysisResult):
+        raise InputError(f"write_analysis takes an AnalysisResult (from analyze, analyze_source or analyze_view), "
+                         f"got {type(result).__name__}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise InputError(f"out_dir must be a folder path, got {type(out_dir).__name__}")
+    formats = (formats,) if isinstance(formats, str) else tuple(formats) if isinstance(formats, Iterable) else formats
+    if not isinstance(formats, tuple) or not all(isinstance(f, str) for f in formats):
+        raise InputError(f"formats must be a format name or a list of them (png, pdf, svg), got {formats!r:.60}")
     prov = result.provenance or {}
     inputs = [prov.get("source"), (prov.get("ground_truth") or {}).get("spec")]
     out = check_out_dir(out_dir, force, inputs=[p for p in inputs if isinstance(p, str)])

@@ -11,6 +11,7 @@ because the study used it; it grows with the table's norm, hence with the init s
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from .errors import InputError
 from .filechecks import check_not_special
+from .validation import as_float_array, check_magnitude
 
 
 def sinusoid_1d(n: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -65,9 +67,12 @@ def sinusoid_2d(h: int, w: int, d: int, base: float = 10000.0) -> np.ndarray:
     return sinusoid(np.stack([rows, cols], axis=1), d, base)
 
 
-def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:
-    """Build a reference table from ``sin1d``, ``sin2d:HxW`` or a file (.npy/.csv/.txt, N x d')."""
-    s = str(spec).strip()
+def parse_reference(spec: str | os.PathLike | np.ndarray, n: int, d: int) -> tuple[np.ndarray, str]:
+    """Build a reference table from ``sin1d``, ``sin2d:HxW``, a file (.npy/.csv/.txt, N x d') or an (N, d')
+    array or tensor (recorded as ``"array"``)."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return _array_reference(spec, n), "array"
+    s = os.fspath(spec).strip()
     if s.lower() == "sin1d":
         return sinusoid_1d(n, d), "sin1d"
     m = re.fullmatch(r"sin2d:(\d+)x(\d+)", s.lower().replace(" ", ""))
@@ -90,6 +95,17 @@ def parse_reference(spec: str, n: int, d: int) -> tuple[np.ndarray, str]:
         raise InputError(f"reference {s!r} has {ref.shape[0]} positions but the table has {n}; give a reference "
                          "with one row per analysed position (or choose the table's rows with --positions)")
     return ref, str(path)
+
+
+def _array_reference(values, n: int) -> np.ndarray:
+    ref = as_float_array(values, "reference")
+    if ref.ndim != 2 or ref.shape[0] != n or ref.shape[1] < 1:
+        raise InputError(f"reference array has shape {ref.shape}; pass an (N, d') array with one row per analysed "
+                         f"position (N = {n}), or sin1d, sin2d:HxW or a file path")
+    if not np.isfinite(ref).all():
+        raise InputError("reference array contains NaN/Inf values; clean it before passing it")
+    check_magnitude(ref, "reference")
+    return ref
 
 
 def _centred(x: np.ndarray, width: int) -> np.ndarray:

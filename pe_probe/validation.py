@@ -6,19 +6,38 @@ import math
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, first_line
 
 MIN_POSITIONS = 4
 
 
-def check_table(table, name: str = "table") -> np.ndarray:
-    """Return ``table`` as a finite float64 (N, d) array with N >= 4, or raise InputError."""
-    if hasattr(table, "detach"):  # a torch tensor, perhaps a parameter that requires grad
-        table = table.detach().cpu()
+_COMPLEX = "holds complex values; pass real numbers (the real part, or real and imaginary parts as separate columns)"
+
+
+def as_float_array(values, name: str) -> np.ndarray:
+    """``values`` (array-like or torch tensor) as a new float64 array that the caller's later edits cannot reach;
+    a bf16/fp16 tensor is widened (as the file loaders do); complex or non-numeric values raise InputError."""
     try:
-        arr = np.asarray(table, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name}: expected a numeric (positions x dims) array, got {type(table).__name__} ({exc})") from None
+        if hasattr(values, "detach"):  # a torch tensor, perhaps a parameter that requires grad, on any device
+            tensor = values.detach().cpu()
+            if tensor.is_complex():
+                raise InputError(f"{name}: {_COMPLEX}")
+            arr = tensor.double().numpy()  # bf16 has no numpy dtype
+        else:
+            arr = np.asarray(values)
+        if arr.dtype.kind == "c":
+            raise InputError(f"{name}: {_COMPLEX}")
+        return arr.astype(np.float64)  # a copy, always
+    except InputError:
+        raise
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as exc:
+        raise InputError(f"{name}: expected numbers (an array or tensor), got {type(values).__name__} "
+                         f"({first_line(exc)})") from None
+
+
+def check_table(table, name: str = "table") -> np.ndarray:
+    """Return a copy of ``table`` as a finite float64 (N, d) array with N >= 4, or raise InputError."""
+    arr = as_float_array(table, name)
     if arr.ndim == 1:
         raise InputError(f"{name}: expected a 2-D (positions x dims) table, got a 1-D array of length {arr.shape[0]}; reshape it to (N, d)")
     if arr.ndim != 2:
@@ -50,8 +69,8 @@ def check_magnitude(arr: np.ndarray, name: str = "table") -> None:
 
 
 def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.ndarray:
-    """Return ground-truth coordinates as finite float64 (N, k) matching the table's N, or raise."""
-    arr = np.asarray(coords, dtype=np.float64)
+    """Return a copy of the ground-truth coordinates as finite float64 (N, k) matching the table's N, or raise."""
+    arr = as_float_array(coords, name)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:

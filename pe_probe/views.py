@@ -97,10 +97,10 @@ from pe_probe.io import (
     _as_table,
     _choose_layer,
     _extra_tokens,
+    _find_pe,
     _parse_positions,
     _resolve_param,
     _sub_config,
-    find_pe_params,
     store_of,
 )
 from pe_probe.stats import correlate
@@ -229,8 +229,8 @@ def view_tables(
         raise InputError(f"unknown view {view!r}; choose one of {', '.join(VIEWS)}")
     meta = meta or {}
     store = store_of(state)
-    src = str(meta.get("source") or "source")
-    names = [_resolve_param(store, pe_param, src)] if pe_param is not None else find_pe_params(state, meta)
+    src = show_path(str(meta.get("source") or "source"))  # as messages name it
+    names = [_resolve_param(store, pe_param, src)] if pe_param is not None else _find_pe(store, meta, src)
     per_layer = len(names) > 1
     all_layers = isinstance(layer, str) and layer.strip().lower() == "all"
     if all_layers:
