@@ -23,7 +23,7 @@ from .groundtruth import GroundTruth, parse_ground_truth
 from .neighbourhood import default_k, neighbourhood_metrics
 from .probes import probe_r2
 from .procrustes import apply_alignment, procrustes_align, protest
-from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, umap_embed
+from .recovery import METHODS, cmds_eigenvalues, cmds_embed, pca_embed, smacof_embed, tied_at_cut, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .spectrum import explained_variance_ratio, participation_ratio
@@ -52,6 +52,28 @@ def as_ground_truth(ground_truth: GroundTruth | np.ndarray | str) -> GroundTruth
     if coords.ndim == 1:
         coords = coords[:, None]
     return GroundTruth(coords=coords, spec="array", kind="file", shape=None)
+
+
+def _tie_notes(sv: np.ndarray, pe_sq: np.ndarray, k: int, pe_metric: str, methods: Sequence[str]) -> list[str]:
+    """A note naming the metrics that can change with a rotation or relabelling of the table when the k-dim
+    PCA or classical-MDS layout is not unique (k-th and (k+1)-th eigenvalues tied, e.g. a ring's table
+    against a line, or a table with symmetric axes)."""
+    pca_tied = tied_at_cut(sv ** 2, k)  # euclidean classical MDS has PCA's eigenvalues
+    cmds_tied = pca_tied if pe_metric == "euclidean" else tied_at_cut(cmds_eigenvalues(pe_sq, k + 1), k)
+    affected = ["recovery_pca_r2"] if pca_tied and "pca" in methods else []
+    if cmds_tied:
+        affected += [f"recovery_{m}_r2" for m in ("cmds", "smacof") if m in methods]
+        affected += ["trustworthiness", "knn_overlap", "mds_stress"]
+    if not affected:
+        return []
+    which = "principal and classical-MDS" if pca_tied and cmds_tied else "principal" if pca_tied else "classical-MDS"
+    return [f"the table's {_ordinal(k)} and {_ordinal(k + 1)} {which} axes are tied (equal eigenvalues): its "
+            f"{k}-dim layout is one arbitrary choice among equally good ones, so {', '.join(affected)} can change "
+            "with a rotation or relabelling of the table (RSA and probe_r2 cannot)"]
+
+
+def _ordinal(i: int) -> str:
+    return f"{i}{'th' if 10 <= i % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(i % 10, 'th')}"
 
 
 def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
@@ -219,6 +241,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     pca_scores, sv = pca_embed(P, k)
     raw: dict[str, np.ndarray] = {}
     cmds_coords, _ = cmds_embed(pe_sq, k)
+    notes.extend(_tie_notes(sv, pe_sq, k, pe_metric, methods))
     if "pca" in methods:
         raw["pca"] = pca_scores
     if "cmds" in methods:

@@ -20,7 +20,8 @@ def _ridge_gcv_fit(x: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> tuple[np
     n = len(x)
     ss = np.sum(yc ** 2, axis=0)
     weight = np.divide(1.0, ss, out=np.zeros_like(ss), where=ss > 0)  # per column: residuals as a share of variance
-    resid_outside = float(np.sum(weight * (ss - np.sum(uty ** 2, axis=0))))  # part of y outside the span of X
+    # the part of y outside the span of U, from the residual itself (ss - |U^T y|^2 cancels when y is near that span)
+    resid_outside = float(np.sum(weight * np.sum((yc - u @ uty) ** 2, axis=0)))
     best, best_gcv = alphas[0], np.inf
     s2 = s ** 2
     for a in alphas:

@@ -28,12 +28,43 @@ def pca_embed(table: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return scores, s
 
 
+TIE_RTOL = 1e-6  # eigenvalues closer than this share of the largest are tied
+
+
+def tied_at_cut(eigenvalues: np.ndarray, k: int, rtol: float = TIE_RTOL) -> bool:
+    """Whether the k-th and (k+1)-th largest of ``eigenvalues`` are tied (and not both ~0): then the top-k
+    subspace is not unique, and a k-dim PCA / classical-MDS layout is one arbitrary choice within the tie,
+    which a rotation or relabelling of the table can change."""
+    vals = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
+    if k < 1 or len(vals) <= k or vals[0] <= 0:
+        return False
+    scale = rtol * vals[0]
+    return bool(vals[k - 1] > scale and vals[k - 1] - vals[k] <= scale)
+
+
+def _double_centred(square_dist: np.ndarray) -> np.ndarray:
+    """Classical MDS's inner-product matrix B = -J D^2 J / 2 (J the centring matrix)."""
+    d2 = square_dist ** 2
+    row = d2.mean(axis=1)
+    return -0.5 * (d2 - row[:, None] - row[None, :] + row.mean())
+
+
+def cmds_eigenvalues(square_dist: np.ndarray, m: int) -> np.ndarray:
+    """The m largest eigenvalues of classical MDS's double-centred matrix, descending."""
+    n = square_dist.shape[0]
+    b = _double_centred(square_dist)
+    m = min(m, n)
+    if n > 200 and m < n - 1:
+        vals = eigsh(b, k=m, which="LA", v0=np.ones(n) / np.sqrt(n), tol=1e-10, return_eigenvectors=False)
+    else:
+        vals = eigh(b, subset_by_index=[n - m, n - 1], eigvals_only=True)
+    return np.sort(vals)[::-1]
+
+
 def cmds_embed(square_dist: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Classical MDS: (coordinates (N, k), the k eigenvalues used, descending)."""
     n = square_dist.shape[0]
-    d2 = square_dist ** 2
-    row = d2.mean(axis=1)
-    b = -0.5 * (d2 - row[:, None] - row[None, :] + row.mean())
+    b = _double_centred(square_dist)
     k_eff = min(k, n - 1)
     if n > 200 and k_eff < n - 1:
         vals, vecs = eigsh(b, k=k_eff, which="LA", v0=np.ones(n) / np.sqrt(n), tol=1e-10)

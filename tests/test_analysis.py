@@ -341,3 +341,24 @@ def test_top_level_api_exports_what_the_readme_uses():
     for name in ("analyze_source", "analyze_view", "n_layers", "write_analysis"):
         assert getattr(pe_probe, name) is getattr(api, name)
     assert set(pe_probe.__all__) >= {"analyze", "analyze_source", "analyze_view", "n_layers", "write_analysis"}
+
+
+def test_a_layout_chosen_inside_a_tie_is_flagged_and_does_move():
+    """A ring's table against a line: its two principal axes have equal variance, so the 1-dim PCA layout is
+    one arbitrary direction of the ring's plane, and recovery r2 moves when the table is rotated; the
+    result says so (and names RSA as unaffected, which it is). A generic table gets no such note."""
+    n = 12
+    angle = 2 * np.pi * np.arange(n) / n
+    ring = np.column_stack([np.cos(angle), np.sin(angle), np.zeros((n, 6))])
+    kw = dict(n_perm=0, n_boot=0, n_null=0, methods="pca,cmds")
+    results = [pe_probe.analyze(ring @ ortho_group.rvs(8, random_state=s), "line:12", **kw) for s in range(4)]
+    for res in results:
+        tie = [note for note in res.provenance.get("notes", []) if "tied" in note]
+        assert len(tie) == 1 and "recovery_pca_r2" in tie[0] and "trustworthiness" in tie[0], res.provenance
+        assert res.metrics["rsa_spearman"] == pytest.approx(results[0].metrics["rsa_spearman"], abs=1e-9)
+    r2 = [res.metrics["recovery_pca_r2"] for res in results]
+    assert max(r2) - min(r2) > 0.05  # what the note warns about
+    generic = pe_probe.analyze(np.random.default_rng(0).normal(size=(n, 8)), "line:12", **kw)
+    assert not any("tied" in note for note in generic.provenance.get("notes", []))
+    cosine = pe_probe.analyze(ring @ ortho_group.rvs(8, random_state=9) + 3, "line:12", pe_metric="cosine", **kw)
+    assert any("principal" in note and "recovery_pca_r2" in note for note in cosine.provenance.get("notes", []))  # PCA is of the table

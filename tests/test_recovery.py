@@ -159,3 +159,26 @@ def test_umap_gets_a_seed_its_random_state_accepts(monkeypatch):
     umap_embed(np.eye(8), 2, seed=2**40 + 7)
     umap_embed(np.eye(8), 2, seed=5)
     assert seen == [7, 5]  # small seeds unchanged
+
+
+# ---------------------------------------------------------------- tied eigenvalues at the cut
+
+def test_tied_at_cut_by_hand():
+    from pe_probe.recovery import tied_at_cut
+
+    assert tied_at_cut(np.array([4.0, 4.0, 1.0]), 1)  # the 1st axis is any direction of a 2-dim tie
+    assert not tied_at_cut(np.array([4.0, 4.0, 1.0]), 2)  # the top 2 together are unique
+    assert tied_at_cut(np.array([1.0, 4.0, 4.0 - 1e-9]), 1)  # unsorted, tied within rounding
+    assert not tied_at_cut(np.array([1.0, 0.0, 0.0]), 2)  # both at zero: those scores are all 0, nothing to choose
+    assert not tied_at_cut(np.array([3.0, 2.0]), 2)  # nothing past the cut
+
+
+@pytest.mark.parametrize("n", [30, 260])  # LAPACK's subset eigh and ARPACK
+def test_cmds_eigenvalues_are_the_top_of_the_full_spectrum(n):
+    from pe_probe.recovery import cmds_eigenvalues
+
+    rng = np.random.default_rng(n)
+    d = squareform(pdist(rng.normal(size=(n, 6))))
+    c = np.eye(n) - 1 / n
+    full = np.sort(np.linalg.eigvalsh(-0.5 * c @ (d ** 2) @ c))[::-1]
+    np.testing.assert_allclose(cmds_eigenvalues(d, 3), full[:3], rtol=1e-8)
