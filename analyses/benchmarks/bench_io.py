@@ -38,7 +38,7 @@ def device_suffix(device) -> str:
 
 
 def machine(device) -> str:
-    """CPU model, core count, torch version and threads (and the GPU on CUDA): the report's machine line."""
+    """CPU model, core count, torch version, threads and CPU kernels (and the GPU on CUDA): a report's machine line."""
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -50,6 +50,9 @@ def machine(device) -> str:
     except OSError:
         pass
     s = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
+    # the instruction set of torch's CPU kernels (AVX2, AVX512, ...): it sets their summation order, so two CPUs
+    # of one model name in a virtual machine can still train to different floating-point results
+    s += f", {torch.backends.cpu.get_cpu_capability()} kernels"
     if device.type == "cuda":
         s += f", GPU {torch.cuda.get_device_name(0)}"
     return s
