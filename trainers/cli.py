@@ -66,7 +66,8 @@ further groups. Results equal training each run alone (dropout 0).
 def _speed_flags(g, applies_to: str) -> None:
     """--compile, --cuda-graphs, --bf16, --tf32: the trainers' speed options (`trainers.train.speed_setup`)."""
     g.add_argument("--compile", action="store_true", help=f"torch.compile the training step ({applies_to}; "
-                   "compiling takes ~25 s on a 2-core CPU, so it can pay only on long runs; off by default)")
+                   "compiling took ~95 s for a quick LST run on a 2-core AVX2 CPU, so it can pay only on long runs; "
+                   "off by default)")
     g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs (torch.compile "
                    "mode reduce-overhead): each step replays as one graph launch instead of hundreds of small kernel "
                    "launches, which dominate a small model's step on a GPU (one H200, d_model 160: a single model "

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; train and write nothing")
     g = p.add_argument_group("speed (every run; not part of the runs' configs, so a sweep resumes with or without them)")
     g.add_argument("--bf16", action="store_true", help="bf16 autocast (a GPU, or a CPU with native bf16)")
-    g.add_argument("--compile", action="store_true", help="torch.compile each run's training step (~25 s per run "
+    g.add_argument("--compile", action="store_true", help="torch.compile each run's training step (~95 s per run "
                    "or ensemble group to compile on a CPU)")
     g.add_argument("--cuda-graphs", action="store_true", help="GPU only: --compile with CUDA graphs")
     g.add_argument("--tf32", action="store_true", help="GPU only: TensorFloat-32 float32 matrix products in the "
