@@ -566,7 +566,8 @@ def in_processes(n_workers: int, device: torch.device, compile: bool) -> bool:
 
     Threads suit eager groups (torch ops release the GIL; no start-up cost), but torch.compile is not
     thread-safe (its guards even depend on the thread count) and a compiled step's Python wrapper holds
-    the GIL between kernels. Each process compiles its own step (once per group; about a minute or more on a 2-core CPU).
+    the GIL between kernels. Each process compiles its own step (once per group; about a minute or more on a
+    2-core CPU).
     Measured (``reports/benchmarks/train.md``, d_model 64, 8 members on 2 cores): bf16 1.07x the eager
     threads, float32 0.98x.
     """
