@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 from scipy.spatial import procrustes as scipy_procrustes
-from scipy.spatial.distance import pdist
-from scipy.stats import ortho_group, spearmanr
+from scipy.spatial.distance import pdist, squareform
+from scipy.stats import kendalltau, ortho_group, pearsonr, spearmanr
 
 import pe_probe
 from pe_probe.errors import InputError
@@ -77,6 +77,9 @@ def test_study_sinusoid_2d_values_and_independent_check():
     assert r2 == pytest.approx(0.896, abs=0.005)
     assert m["recovery_cmds_r2"] == pytest.approx(r2, abs=1e-9)
     assert m["recovery_pca_r2"] == pytest.approx(r2, abs=1e-9)
+    # Pearson on the raw distances; Kendall's tau-b with the rounding ties restored, as for Spearman
+    assert m["rsa_pearson"] == pytest.approx(pearsonr(pe_d, gt_d).statistic, abs=1e-12)
+    assert m["rsa_kendall"] == pytest.approx(kendalltau(np.round(pe_d, 9), gt_d).statistic, abs=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["planted", "random"])
@@ -114,8 +117,9 @@ def test_exact_mantel_small_table():
     table = np.arange(5.0)[:, None] @ rng.normal(size=(1, 3)) + 0.1 * rng.normal(size=(5, 3))
     res = pe_probe.analyze(table, "line:5", n_boot=50)
     assert res.provenance["analysis"]["mantel"] == {"exact": True, "n_relabellings": 120}
-    # exact p: only the identity and the reversal keep a line's distances; both can match the table
-    assert res.metrics["rsa_p"] in (1 / 120, 2 / 120)
+    # exact p: only the identity and the reversal keep a line's distances, and both give the observed value
+    # (the reversal up to rounding: the tie tolerance counts it)
+    assert res.metrics["rsa_p"] == pytest.approx(2 / 120, abs=1e-15)
 
 
 def test_exact_protest_small_table_against_brute_force():
@@ -148,6 +152,13 @@ def test_neighbourhood_metrics_do_not_depend_on_the_recovery_methods():
     runs = [pe_probe.analyze(table, G8, methods=m, n_perm=0, n_boot=0, n_null=0).metrics for m in ("pca", "smacof", "pca,cmds")]
     for key in ("trustworthiness", "knn_overlap"):
         assert runs[0][key] == runs[1][key] == runs[2][key]
+    # and they are those of the 2-dim classical-MDS layout, each in its place (they differ on this table)
+    from pe_probe.neighbourhood import neighbourhood_metrics
+    from pe_probe.recovery import cmds_embed
+
+    tw, knn = neighbourhood_metrics(cmds_embed(squareform(pdist(table)), 2)[0], G8)
+    assert (runs[0]["trustworthiness"], runs[0]["knn_overlap"]) == (pytest.approx(tw, abs=1e-12), pytest.approx(knn, abs=1e-12))
+    assert abs(tw - knn) > 0.05
 
 
 # ---------------------------------------------------------------- invariance properties

@@ -129,6 +129,10 @@ def test_a_reference_array_gives_what_the_same_table_in_a_file_gives(table, tmp_
     assert from_array.metrics["ref_shape_distance"] == from_file.metrics["ref_shape_distance"] > 0
     assert from_tensor.metrics["ref_procrustes_distance"] == from_file.metrics["ref_procrustes_distance"]
     assert from_array.provenance["analysis"]["reference"] == "array"
+    from pe_probe.reference import procrustes_distance, shape_distance
+
+    assert from_array.metrics["ref_procrustes_distance"] == pytest.approx(procrustes_distance(table, ref), abs=1e-12)
+    assert from_array.metrics["ref_shape_distance"] == pytest.approx(shape_distance(table, ref), abs=1e-12)
     with pytest.raises(InputError, match=r"reference array has shape \(15, 5\).*N = 16"):
         pe_probe.analyze(table, grid(4, 4), reference=ref[:15], **FAST)
 

@@ -74,6 +74,8 @@ def test_default_chance_is_gaussian_of_the_tables_scale_and_recorded(rng):
     sd = float(np.std(P))
     expected = [rsa(rng_null.normal(0.0, sd, P.shape), grid(4, 4).coords) for _ in range(5)]
     np.testing.assert_allclose(res.null_rsa, expected, atol=1e-12)
+    assert res.metrics["null_rsa_mean"] == pytest.approx(np.mean(expected), abs=1e-12)
+    assert res.metrics["null_rsa_sd"] == pytest.approx(np.std(expected, ddof=1), abs=1e-12)  # the sample sd
     assert gaussian_chance(np.zeros((4, 2))).draw(np.random.default_rng(0)).std() > 0.5  # a constant table: sd 1
 
 

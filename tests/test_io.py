@@ -427,10 +427,12 @@ def test_positions_slices(tmp_path, grid_table, positions, expected) -> None:
     np.testing.assert_allclose(lt.table, grid_table[expected[0]:expected[1]])
 
 
-@pytest.mark.parametrize("positions", ["0-8", "a:b", "1:2:3", "8", "", (1, 2, 3), (1.5, 4), "8:4", "20:30"])
-def test_malformed_or_empty_positions(tmp_path, grid_table, positions) -> None:
+@pytest.mark.parametrize("positions, match", [(p, "malformed --positions") for p in
+                                              ["0-8", "a:b", "1:2:3", "0:8junk", "8", "", (1, 2, 3), (1.5, 4)]]
+                         + [("8:4", "selects no rows"), ("20:30", "reaches past")])
+def test_malformed_or_empty_positions(tmp_path, grid_table, positions, match) -> None:
     np.save(tmp_path / "t.npy", grid_table)
-    with pytest.raises(InputError, match="positions"):
+    with pytest.raises(InputError, match=match):
         load_table(tmp_path / "t.npy", positions=positions)
 
 

@@ -119,3 +119,19 @@ def test_protest_reflection_forbidden_consistent_k1():
     p, null = protest(-x, x, n_perm=99, allow_reflection=False, seed=0)
     assert p == 1.0  # the observed r2 is 0: a mirrored line is no match without reflections
     assert protest(-x, x, n_perm=99, seed=0)[0] == pytest.approx(0.01)
+
+
+def test_exact_protest_counts_the_square_symmetries_equal_up_to_rounding():
+    """A rotated, scaled, shifted copy of a square: the square's 8 symmetries (reflections included) all fit it
+    perfectly, so the exact p is 8/24; their r2 equal the observed one only up to rounding, which the tie
+    tolerance counts (without it some rotations give p = 0)."""
+    from pe_probe.groundtruth import grid
+    from pe_probe.stats import all_permutations
+
+    g, perms = grid(2, 2).coords, all_permutations(4, 1000)
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        th = rng.uniform(0, 2 * np.pi)
+        rot = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+        p, _ = protest(g @ rot * np.e + rng.normal(size=2), g, perms=perms, exact=True)
+        assert p == pytest.approx(8 / 24, abs=1e-15), (seed, p)

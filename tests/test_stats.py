@@ -216,3 +216,17 @@ def test_bootstrap_rank_cached_width_is_approximate(seed):
     ratio = (rc.high - rc.low) / (ex.high - ex.low)
     print(f"seed {seed}: rank-cached / exact CI width = {ratio:.3f}")
     assert 0.85 < ratio < 1.15 and abs(ratio - 1) > 0.02  # approximate, and not exact
+
+
+@pytest.mark.parametrize("method", ["spearman", "pearson"])
+def test_exact_mantel_counts_relabellings_equal_up_to_rounding(method):
+    """A table that is a rotated, scaled, shifted line: the identity and the reversal both reproduce the observed
+    statistic, but the observed value (a dot product) and the relabellings' (the compiled kernel's sums) differ
+    in their last bits. Exact p = 2/120 needs the tie tolerance (without it: p = 0, even the identity missed)."""
+    from scipy.stats import ortho_group
+
+    g = line(5).coords
+    for seed in range(30):
+        table = g @ ortho_group.rvs(4, random_state=seed)[:1] * np.pi + np.random.default_rng(seed).normal(size=4)
+        res = stats.mantel(pdist(table), pdist(g), method=method, n_perm=1000)
+        assert res.p_value == pytest.approx(2 / 120, abs=1e-15), (seed, res.p_value)

@@ -132,7 +132,7 @@ def test_a_blank_images_kernel_q_and_k_match_the_hand_computed_first_layer(rng, 
     q1 = view_tables(state, meta, "q", per_head=True)[1][1]
     np.testing.assert_allclose(q1, q_exp[:, D // HEADS :], atol=1e-9)
     if meta.get("ground_truth") is not None:  # the view's rows are the grid's: its own ground truth scores it
-        assert info["kernel_distance_rho"] is not None
+        assert info["kernel_distance_rho"] is not None and math.isfinite(info["kernel_distance_rho"])
 
 
 def test_the_layer_norm_eps_of_the_config_is_used(rng):
