@@ -291,8 +291,24 @@ def test_bad_input_raises_input_error(case):
         kwargs = {"n_perm": 2.7}
     elif case == "bool_boot":
         kwargs = {"n_boot": True}
-    with pytest.raises(InputError, match="equally far apart" if case == "gt_equidistant" else None):
+    with pytest.raises(InputError, match=BAD_INPUT_MESSAGES[case]):
         pe_probe.analyze(table, gt, **kwargs)
+
+
+# each bad input is refused by its own check (a distinctive part of each message)
+BAD_INPUT_MESSAGES = {
+    "nan": r"table: contains 1 NaN/Inf values \(first at row 3, column 2\)",
+    "inf": r"table: contains 1 NaN/Inf values \(first at row 0, column 0\)",
+    "three_rows": r"needs at least 4 positions \(rows\), got 3", "one_d": "got a 1-D array of length 16",
+    "three_d": r"got shape \(2, 16, 8\); pick one layer", "mismatched": "ground truth has 20 positions but the PE table has 16",
+    "metric": "unknown --pe-metric 'manhattan'", "method": "unknown recovery method 'tsne'",
+    "constant": "all rows of the table are equidistant", "gt_nan": "ground truth: contains NaN/Inf",
+    "gt_constant": "ground truth: all positions have the same coordinates", "neg_perm": "n_perm must be >= 0, got -1",
+    "empty_methods": "no recovery methods given", "neighbours": "must be below N/2 = 8 .* got 15",
+    "not_numeric": "table: expected numbers", "equidistant": "all rows of the table are equidistant",
+    "gt_equidistant": "equally far apart", "fractional_perm": "n_perm must be an integer, got 2.7",
+    "bool_boot": "n_boot must be an integer, got True",
+}
 
 
 def test_too_few_positions_or_no_columns_name_the_fix():
