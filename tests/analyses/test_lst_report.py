@@ -53,6 +53,20 @@ def test_geometry_decreasing_but_few_mantel_hits_is_not_present():
     assert g["state"] == "weak, but it decreases with σ"
 
 
+def test_geometry_present_at_exactly_half_the_mantel_hits():
+    """'At least half' of the small-σ runs: exactly half (2 of 4 seeds) is enough, a quarter is not (above)."""
+    g = V.geometry_state(_view(lambda s, i: 0.6 - 0.2 * s + 0.01 * i, lambda s, i: 0.01 if i < 2 else 0.3))
+    assert g["share_small"] == 0.5 and g["state"] == "present"
+
+
+def test_accuracy_intervals_are_clipped_to_0_and_100_percent():
+    from analyses.lst import summary_stats as SS
+
+    assert SS.fmt_ci([1.0, 0.99, 0.5]).endswith(", 100.0] (n=3)")  # the t interval reaches past 1
+    assert SS.fmt_ci([0.0, 0.01, 0.5]).split("[")[1].startswith("0.0, ")  # and below 0
+    assert float(SS.fmt_ci([1.0, 0.99, 0.5], pct=False).split(", ")[1].split("]")[0]) > 1  # non-% not clipped
+
+
 def test_geometry_not_supported():
     rng = np.random.default_rng(1)
     vals = {(s, i): float(rng.uniform(-0.1, 0.1)) for s in SIGMAS for i in range(4)}

@@ -82,11 +82,23 @@ MEMBERS = [  # differ in seed, sigma and learning rate (one group) and in PE kin
 ]
 
 
-def test_ensemble_matches_solo_training(tmp_path):
+def test_ensemble_matches_solo_training(tmp_path, monkeypatch):
+    """Members trained side by side in one stacked group equal each trained alone. One worker, so the first two
+    members really share a group (K = 2, checked): with a worker per core they would each train alone."""
+    import trainers.ensemble as E
+
     cfgs = [tiny(**m) for m in MEMBERS]
     for i, cfg in enumerate(cfgs):
         train(cfg, tmp_path / "solo" / str(i), log=quiet)
-    res = train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(3)], log=quiet)
+    group_sizes, init = [], E.StackedOptimizer.__init__
+
+    def spy(self, stack, group_cfgs, device):
+        group_sizes.append(len(group_cfgs))
+        init(self, stack, group_cfgs, device)
+
+    monkeypatch.setattr(E.StackedOptimizer, "__init__", spy)
+    res = train_ensemble(cfgs, [tmp_path / "ens" / str(i) for i in range(3)], log=quiet, workers=1)
+    assert sorted(group_sizes) == [1, 2]  # MEMBERS[0:2] share a group key; the third differs
     assert len(res) == 3 and all("ood_acc" in r for r in res)
     for i in range(3):
         assert_same_run(tmp_path / "solo" / str(i), tmp_path / "ens" / str(i))
