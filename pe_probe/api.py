@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .analysis import analyze, as_ground_truth
-from .errors import InputError, show_path
+from .errors import InputError
 from .groundtruth import MAX_POSITIONS, GroundTruth, grid, line
 from .output import check_out_dir, staged_dir, write_data_files
 from .result import AnalysisResult
@@ -114,20 +114,6 @@ def _check_seed(analyze_kwargs: dict[str, Any]) -> int:
     return check_positive_int(analyze_kwargs.get("seed", 0), "seed", maximum=MAX_SEED)
 
 
-def _refuse_layer_out_of_range(source: str | os.PathLike, param: str | None, layer: int) -> None:
-    """Raise InputError when ``layer`` is past the source's per-layer tables, saying what `analyze_source` takes
-    (the loader's message offers 'all', which only the command line and `analyze_view` take)."""
-    try:
-        n = n_layers(source, param)
-    except InputError:
-        return
-    if not 0 <= layer < n:
-        valid = "0" if n == 1 else f"0..{n - 1}"
-        raise InputError(f"{show_path(str(source))}: --layer {layer} is out of range; this source has {n} PE table(s), "
-                         f"valid: {valid} or mean (every layer: --layer all, in Python analyze_view(source, 'raw', "
-                         f"layer='all'))") from None
-
-
 def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str | None = None,
                    layer: int | str | None = None, positions: str | tuple[int, int] | None = None,
                    drop_extra_tokens: int | None = None, **analyze_kwargs: Any) -> AnalysisResult:
@@ -161,12 +147,7 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
 
     from .io import load_table
 
-    try:
-        loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
-    except InputError:
-        if isinstance(layer, int):
-            _refuse_layer_out_of_range(source, param, layer)
-        raise
+    loaded = load_table(source, param=param, layer=layer, positions=positions, drop_extra_tokens=drop_extra_tokens)
     full_rows = loaded.original_shape[-2] - loaded.extra_tokens if len(loaded.original_shape) >= 2 else len(loaded.table)
     if loaded.positions is None:
         _refuse_counting_dropped_rows(ground_truth, len(loaded.table), loaded.extra_tokens, drop_extra_tokens)

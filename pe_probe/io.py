@@ -793,7 +793,8 @@ def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n:
         valid = "0" if n == 1 else f"0..{n - 1}"
         raise InputError(f"{src}: --layer {layer} is out of range; this source has {n} PE table(s), valid: "
-                         f"{valid}, mean or all")
+                         f"{valid} or mean (every layer: --layer all, in Python analyze_view(source, 'raw', "
+                         f"layer='all'))")
     return [names[int(layer)]], (int(layer) if n > 1 else None)
 
 

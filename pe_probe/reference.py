@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import InputError
 from .filechecks import check_not_special
-from .validation import as_float_array, check_magnitude
+from .validation import as_float_array, check_table
 
 
 def sinusoid_1d(n: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -98,14 +98,12 @@ def parse_reference(spec: str | os.PathLike | np.ndarray, n: int, d: int) -> tup
 
 
 def _array_reference(values, n: int) -> np.ndarray:
+    """An (n, d') reference given as an array or tensor: its shape named against n, then `check_table`'s checks."""
     ref = as_float_array(values, "reference")
-    if ref.ndim != 2 or ref.shape[0] != n or ref.shape[1] < 1:
+    if ref.ndim != 2 or ref.shape[0] != n:
         raise InputError(f"reference array has shape {ref.shape}; pass an (N, d') array with one row per analysed "
                          f"position (N = {n}), or sin1d, sin2d:HxW or a file path")
-    if not np.isfinite(ref).all():
-        raise InputError("reference array contains NaN/Inf values; clean it before passing it")
-    check_magnitude(ref, "reference")
-    return ref
+    return check_table(ref, "reference")
 
 
 def _centred(x: np.ndarray, width: int) -> np.ndarray:
