@@ -14,6 +14,7 @@ from .errors import InputError
 from .groundtruth import MAX_POSITIONS, GroundTruth, grid, line
 from .output import check_out_dir, staged_dir, write_data_files
 from .result import AnalysisResult
+from .validation import parse_layer
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS_HELP = "builtin:sin2d:HxW[xD] (the study's 2D sinusoid, D=64), builtin:sin1d:N[xD], builtin:random:NxD"
@@ -94,16 +95,10 @@ def _check_source(source: Any) -> str:
 def _check_layer(layer: Any, choices: str) -> int | str | None:
     """``layer`` as the loaders take it: None, an index, ``"mean"`` or ``"all"`` (as text, any case); anything else
     (0.0, True, "x") raises InputError saying what ``choices`` the caller takes. The range is checked later."""
-    if layer is None:
-        return None
-    if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
-        return int(layer)
-    key = layer.strip().lower() if isinstance(layer, str) else None
-    if key in ("mean", "all"):
-        return key
-    if key is not None and key.isdecimal():
-        return int(key)
-    raise InputError(f"layer must be {choices}, got {layer!r}")
+    try:
+        return parse_layer(layer)
+    except ValueError:
+        raise InputError(f"layer must be {choices}, got {layer!r}") from None
 
 
 def _check_seed(analyze_kwargs: dict[str, Any]) -> int:

@@ -35,17 +35,17 @@ reading the numbers:
 def _layer(allow_all: bool = True):
     """An argparse type for --layer: an index, 'mean' and, where one report per layer makes sense, 'all'."""
     def parse(text: str):
-        t = text.strip().lower()
-        if t == "all" and not allow_all:
-            raise argparse.ArgumentTypeError("compare measures one table per source: pass --layer N or --layer mean "
-                                             "(pe-probe analyze --layer all reports every layer of one model)")
-        if t in ("mean", "all"):
-            return t
+        from .validation import parse_layer  # lazily: --help needs no numpy
+
         try:
-            return int(t)
+            layer = parse_layer(text)
         except ValueError:
             choices = "an integer, 'mean' or 'all'" if allow_all else "an integer or 'mean'"
             raise argparse.ArgumentTypeError(f"--layer takes {choices}, got {text!r}") from None
+        if layer == "all" and not allow_all:
+            raise argparse.ArgumentTypeError("compare measures one table per source: pass --layer N or --layer mean "
+                                             "(pe-probe analyze --layer all reports every layer of one model)")
+        return layer
 
     return parse
 

@@ -34,7 +34,7 @@ from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_re
 from pe_probe.errors import first_line as _first_line
 from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
-from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes
+from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes, parse_layer
 
 CHECKPOINT_FORMAT = "pe-probe-checkpoint/1"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -779,18 +779,18 @@ def _listing(names: list[str]) -> str:
 def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[list[str], int | str | None]:
     """The tensor names to read and the layer to record (None when the source holds one table)."""
     n = len(names)
-    if isinstance(layer, str):
-        key = layer.strip().lower()
-        if key == "mean":
-            return names, ("mean" if n > 1 else None)
-        if key == "all":
-            raise InputError("layer='all' means one analysis per layer: call once per layer i in range(n_layers(source)) (the CLI's --layer all does this)")
-        if not re.fullmatch(r"\d+", key):
-            raise InputError(f"--layer {layer!r} is not understood; use an index 0..{n - 1}, mean or all")
-        layer = int(key)
+    given = layer
+    try:
+        layer = parse_layer(layer)
+    except ValueError:
+        raise InputError(f"--layer {given!r} is not understood; use an index 0..{n - 1}, mean or all") from None
+    if layer == "mean":
+        return names, ("mean" if n > 1 else None)
+    if layer == "all":
+        raise InputError("layer='all' means one analysis per layer: call once per layer i in range(n_layers(source)) (the CLI's --layer all does this)")
     if layer is None:
         return names[:1], (0 if n > 1 else None)
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n:
+    if not 0 <= layer < n:
         valid = "0" if n == 1 else f"0..{n - 1}"
         raise InputError(f"{src}: --layer {layer} is out of range; this source has {n} PE table(s), valid: "
                          f"{valid} or mean (every layer: --layer all, in Python analyze_view(source, 'raw', "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -96,6 +97,23 @@ def check_choice(value: str, allowed, what: str) -> str:
     if value not in allowed:
         raise InputError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
     return value
+
+
+def parse_layer(value) -> int | str | None:
+    """A layer choice as every entry point takes it: None, a whole-number index (an integer or its text; the
+    loader checks the range, as only it knows how many tables a source has), or 'mean' / 'all' in any case.
+    Raises ValueError for anything else (0.0, True, 'x'): each caller words the error for its own flag."""
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in ("mean", "all"):
+            return key
+        if re.fullmatch(r"[+-]?[0-9]+", key):
+            return int(key)
+    raise ValueError(f"not a layer: {value!r}")
 
 
 def check_positive_int(value, what: str, minimum: int = 0, maximum: int | None = None) -> int:

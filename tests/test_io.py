@@ -554,3 +554,29 @@ def test_hf_shard_index_is_authoritative(tmp_path, grid_table) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(InputError, match=r"lists tensor 'pos' in model-00002-of-00002.safetensors, which does not hold it"):
         load_table(folder)
+
+
+@pytest.mark.parametrize("given, parsed", [(None, None), (3, 3), (np.int64(2), 2), ("3", 3), (" 2 ", 2), ("-1", -1),
+                                           ("+1", 1), ("MEAN", "mean"), (" all", "all")])
+def test_parse_layer_accepts_what_every_entry_point_takes(given, parsed) -> None:
+    from pe_probe.validation import parse_layer
+
+    assert parse_layer(given) == parsed and type(parse_layer(given)) is type(parsed)
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5, True, False, "x", "1.0", "", "1e2", [1]])
+def test_parse_layer_refuses_the_rest(bad) -> None:
+    from pe_probe.validation import parse_layer
+
+    with pytest.raises(ValueError):
+        parse_layer(bad)
+
+
+def test_a_negative_layer_is_out_of_range_as_text_or_integer(tmp_path, grid_table) -> None:
+    # the CLI passes text: '-1' must get the same range message as the integer -1 (not 'not understood')
+    torch.save(_checkpoint(grid_table, n_layers=4), tmp_path / "c.pt")
+    for layer in (-1, "-1"):
+        with pytest.raises(InputError, match=r"--layer -1 is out of range.*valid: 0\.\.3"):
+            load_table(tmp_path / "c.pt", layer=layer)
+    with pytest.raises(InputError, match=r"--layer '1\.0' is not understood"):
+        load_table(tmp_path / "c.pt", layer="1.0")
