@@ -62,10 +62,30 @@ def small_files(names: list[str]) -> list[str]:
 
 
 def copy_outputs(demo: Path, out: Path, names: list[str]) -> None:
-    """The small files of the demo folder ``demo`` into ``out``, keeping their relative paths."""
+    """The small files of the demo folder ``demo`` into ``out``, keeping their relative paths; compare.csv's
+    sources are written relative to ``demo`` (the committed report names no folder of the machine that made it)."""
     for rel in small_files(names):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(demo / rel, out / rel)
+        if rel == "compare/compare.csv":
+            relative_sources(demo / rel, out / rel, demo)
+        else:
+            shutil.copyfile(demo / rel, out / rel)
+
+
+def relative_sources(src: Path, dst: Path, base: Path) -> None:
+    """Copy the tidy CSV ``src`` to ``dst`` with each ``source`` under ``base`` made relative to it (others kept)."""
+    import csv
+
+    with open(src, newline="") as f:
+        rows = list(csv.reader(f))
+    col = rows[0].index("source")
+    base = base.resolve()
+    for row in rows[1:]:
+        path = Path(row[col]).resolve()
+        if path.is_relative_to(base):
+            row[col] = path.relative_to(base).as_posix()
+    with open(dst, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
 
 
 def training_table(demo: Path, names: list[str]) -> str:

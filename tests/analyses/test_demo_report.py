@@ -59,3 +59,15 @@ def test_a_demo_folder_missing_a_file_is_a_one_line_error(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert e.value.code == 2 and "config.json is missing" in err and "rerun with --force" in err
     assert not (tmp_path / "rep").exists()
+
+
+def test_compare_sources_are_written_relative_to_the_demo_folder(tmp_path):
+    """The committed compare.csv named the absolute folder of the machine that made it (/work/main/runs/...)."""
+    from analyses.demo.report import relative_sources
+
+    demo = tmp_path / "demo"
+    inside = demo / "runs" / "sigma-0.1" / "last.pt"
+    src, dst = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text(f"source,label,notes\n{inside},sigma-0.1,\"a, b\"\n/elsewhere/x.pt,x,\n")
+    relative_sources(src, dst, demo)
+    assert dst.read_text() == "source,label,notes\nruns/sigma-0.1/last.pt,sigma-0.1,\"a, b\"\n/elsewhere/x.pt,x,\n"
