@@ -14,6 +14,7 @@ import pytest
 from analyses.lst import code_paths as CP
 from analyses.lst import report as R
 from analyses.lst import summary_stats as SS
+from analyses.lst import tables as T
 from analyses.lst import verdicts as V
 
 SIGMAS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
@@ -348,3 +349,116 @@ def test_the_training_trend_sentence_says_when_the_raw_table_fell():
     text = answer(pd.DataFrame(rows))
     assert "fell for the raw table" in text and "the raw table's RSA falls" in text
     assert "does not change detectably" not in text
+
+
+# ---- each verdict rule at the condition its criteria text names (a mutation audit dropped each one unnoticed)
+
+NO_ANALYSIS = pd.DataFrame(columns=["view", "layer", "is_last", "sigma"])
+
+
+def _verdict_line(runs: pd.DataFrame, start: str) -> str:
+    return next(v for v in V.verdicts(runs, NO_ANALYSIS) if v.startswith(start))
+
+
+def test_weight_decay_needs_three_seeds_to_be_supported():
+    assert not V.wd_state(_paired([0.95, 0.96], [0.90, 0.909]), 0.065).startswith("supported")  # 2 seeds, t p ~ 0.006
+
+
+def test_large_sigma_hurts_needs_a_10_point_gap():
+    runs = _sigma_runs(lambda s, i: (0.36 if s <= 0.2 else 0.30) + 0.01 * i)  # 6 points apart, Mann-Whitney p tiny
+    assert ": not supported." in _verdict_line(runs, "**Large σ hurts")
+
+
+def test_large_sigma_hurts_reports_the_one_sided_mann_whitney_p():
+    from scipy import stats
+
+    runs = _sigma_runs(lambda s, i: (0.9 if s <= 0.2 else 0.3) + 0.05 * ((i * 7 + int(s * 100)) % 5))
+    p = stats.mannwhitneyu(runs[runs.sigma <= 0.2].ood_acc, runs[runs.sigma >= 1.5].ood_acc, alternative="greater").pvalue
+    assert f"one-sided Mann-Whitney p = {SS.fp(p)}" in _verdict_line(runs, "**Large σ hurts")
+
+
+def test_the_sinusoid_is_compared_with_the_sigma_of_highest_mean():
+    runs = _sigma_runs(lambda s, i: 0.95 - 0.2 * abs(s - 0.1) + 0.001 * i)  # best mean at σ = 0.1
+    sin = pd.DataFrame([{"run": f"sin-{i}", "group": "pe_type", "pe": "sin2d", "sigma": np.nan, "seed": i,
+                         "ood_acc": 0.97, "control": "none", "epochs": 40} for i in range(4)])
+    runs = pd.concat([runs.assign(pe="learned", control="none", epochs=40), sin])
+    assert "highest mean (σ = 0.1)" in _verdict_line(runs, "**The 2D sinusoid")
+
+
+def test_weight_decay_arms_are_at_chance_when_their_intervals_reach_chance():
+    rows = []
+    for seed, (plain, wd) in enumerate([(0.20, 0.22), (0.40, 0.38), (0.24, 0.30)]):  # means 0.28-0.30 > 0.25, but
+        common = {"group": "sigma", "pe": "learned", "sigma": 0.1, "seed": seed, "epochs": 40}  # t-intervals reach far below
+        rows += [{**common, "run": f"s-{seed}", "control": "none", "ood_acc": plain},
+                 {**common, "run": f"wd-{seed}", "group": "control", "control": "wd0.1", "ood_acc": wd}]
+    assert ": not informative (" in _verdict_line(pd.DataFrame(rows), "**Weight decay helps")
+
+
+def test_smaller_sigma_is_not_better_when_accuracy_rises_with_sigma():
+    runs = _sigma_runs(lambda s, i: 0.3 + 0.3 * s + 0.001 * i)
+    assert ": not supported.**" in _verdict_line(runs, "**Smaller σ is better")
+
+
+# ---- the report's tables, value by value
+
+def _accuracy_runs() -> pd.DataFrame:
+    rows = []
+    for seed in range(3):
+        for s, acc in ((0.1, 0.9), (2.0, 0.3)):
+            rows.append({"run": f"s{s}-{seed}", "group": "sigma", "pe": "learned", "sigma": s, "control": "none",
+                         "seed": seed, "train_acc": 1.0, "test_acc": 0.5, "ood_acc": acc + 0.01 * seed,
+                         **{f"ood_acc_{lv}": acc for lv in ("binary", "ternary", "quaternary")}})
+    return pd.DataFrame(rows)
+
+
+def _analysis_rows() -> pd.DataFrame:
+    rows = []
+    for s, rsa in ((0.1, 0.8), (1.0, 0.5), (2.0, 0.1)):
+        for seed in range(3):
+            for epoch, grow in ((5, 0.0), (10, 0.1), (40, -0.05)):
+                rows.append({"run": f"s{s}-{seed}", "view": "raw", "layer": "mean", "is_last": epoch == 40,
+                             "sigma": s, "seed": seed, "epoch": epoch, "rsa_spearman": rsa + grow + 0.01 * seed,
+                             "rsa_p": 0.01, "eval_ood_acc": 0.9 - 0.3 * s, "recovery_cmds_r2": np.nan,
+                             "probe_r2": np.nan, "ref_shape_distance": np.nan, "ref_procrustes_distance": np.nan,
+                             "kernel_distance_rho": np.nan, "attention_similarity": np.nan})
+    return pd.DataFrame(rows)
+
+
+def test_accuracy_table_columns_hold_their_own_accuracy():
+    t = T.accuracy_table(_accuracy_runs(), "sigma").set_index("sigma")
+    assert t.loc["0.1", "train %"].startswith("100.0") and t.loc["0.1", "test %"].startswith("50.0")
+    assert t.loc["0.1", "OOD %"].startswith("91.0") and t.loc["2", "OOD %"].startswith("31.0")
+
+
+def test_paired_table_differences_are_a_minus_b():
+    row = T.paired_table(_accuracy_runs()).iloc[0]
+    assert (row["A"], row["B"]) == ("learned σ=0.1", "learned σ=2.0")
+    assert row["paired mean A / B (%)"] == "91.0 / 31.0" and row["mean OOD diff A-B (points)"] == "60"
+
+
+def test_ident_table_means_at_the_smallest_and_largest_sigma():
+    t = T.ident_table(_analysis_rows())
+    row = t[(t.view == "raw table (mean of layers)") & (t.metric == "rsa_spearman")].iloc[0]
+    assert row["σ=0.1 mean"] == "0.76" and row["σ=2 mean"] == "0.06"  # last checkpoints: 0.8 - 0.05 + seeds' 0.01
+
+
+def test_trajectory_summary_names_the_epoch_of_the_maximum():
+    t = T.trajectory_summary(_analysis_rows())
+    row = t[(t.view == "raw:mean") & (t["σ band"] == "σ ≤ 0.2")].iloc[0]
+    assert row["epoch of max"] == 10 and row["max over epochs"] == "0.91"
+
+
+def test_view_rows_keep_the_last_checkpoint_unless_asked():
+    from analyses.lst.selection import view_rows
+
+    last = view_rows(_analysis_rows(), "raw", "mean")
+    assert len(last) == 9 and last.is_last.all() and set(last.epoch) == {40}
+    assert len(view_rows(_analysis_rows(), "raw", "mean", last=False)) == 27
+
+
+def test_input_only_placement_runs_are_labelled_so():
+    from analyses.lst.selection import label_runs
+
+    runs = pd.DataFrame([{"run": "a", "group": "placement", "pe": "learned", "sigma": 2.0, "control": "none"},
+                         {"run": "b", "group": "sigma", "pe": "learned", "sigma": 2.0, "control": "none"}])
+    assert label_runs(runs).label.tolist() == ["learned N(0,2²), input only", "learned N(0,2²), every layer"]

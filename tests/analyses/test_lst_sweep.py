@@ -500,3 +500,72 @@ def test_run_folders_of_another_config_are_refused_before_anything_is_written(tm
     err = capsys.readouterr().err
     assert "hold runs of another config, e.g. learned-every-s0.1-seed0 (data.n_per_level: 30 -> 3000)" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]  # no grid.json, no sweep.log
+
+
+# ---- what a mutation audit found untested
+
+def test_the_sweep_exits_1_when_a_run_failed(tmp_path, monkeypatch):
+    class FailingRunner(R.Runner):
+        def __init__(self):
+            self.names = []
+
+        def submit(self, spec, out_dir):
+            self.names.append(spec.name)
+
+        def wait(self):
+            return [R.RunResult(n, "", 1 if i == 0 else 0, 0.0) for i, n in enumerate(self.names)]
+
+    monkeypatch.setattr(S, "make_runner", lambda backend, workers, log=None, speed=None: FailingRunner())
+    args = ["--root", str(tmp_path), "--sigmas", "0.1", "--seeds", "1", "--epochs", "3", "--groups", "sigma"]
+    assert S.main(args) == 1
+    assert "1 failed (learned-every-s0.1-seed0)" in (tmp_path / "sweep.log").read_text()
+
+
+def test_a_second_call_replaces_its_runs_in_grid_json(tmp_path):
+    grid = G.build_grid("quick", sigmas=(0.1,), seeds=1, epochs=3, include=("sigma",))
+    (tmp_path / "grid.json").write_text(json.dumps(S.merged_grid(tmp_path / "grid.json", "quick", ["a"], grid)))
+    names = [r["name"] for r in S.merged_grid(tmp_path / "grid.json", "quick", ["b"], grid)["runs"]]
+    assert sorted(names) == sorted(s.name for s in grid) and len(names) == len(set(names))
+
+
+def test_every_seed_0_run_comes_first_and_the_sigma_grid_before_the_second_seed_of_controls():
+    g = G.build_grid("quick", sigmas=(0.1, 2.0), seeds=3, epochs=3, include=("sigma", "control"))
+    order = [(s.tags["seed"], s.tags["group"]) for s in g]
+    assert max(i for i, (_, group) in enumerate(order) if group == "sigma") < order.index((1, "control"))
+    assert all(seed == 0 for seed, _ in order[: order.index((1, "sigma"))])
+
+
+def test_an_upload_moves_last_pt_into_place_last(tmp_path, monkeypatch):
+    """A reader that sees the final last.pt must see a complete run folder (ray_runner.upload_run)."""
+    fsspec = pytest.importorskip("fsspec")
+    from analyses.lst.ray_runner import upload_run
+
+    for name in ("a.json", "last.pt", "z.log", "checkpoints/step-1.pt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    fs = fsspec.filesystem("memory")
+    moved, mv = [], fs.mv
+    monkeypatch.setattr(fs, "mv", lambda a, b, **kw: (moved.append(b), mv(a, b, **kw))[1])
+    assert upload_run(tmp_path, fs, "/upload-order-test") == 4
+    assert moved[-1] == "/upload-order-test/last.pt" and len(moved) == 4
+
+
+def test_the_ensemble_runner_reports_unfinished_runs_as_failed(tmp_path, monkeypatch):
+    """A group whose training raised (here after finishing one of its two runs) must not be reported as trained:
+    the sweep's exit code and its 'N failed' line come from these return codes."""
+    import trainers.ensemble
+    from analyses.lst.ensemble_runner import EnsembleRunner
+
+    specs = G.build_grid("quick", epochs=4, seeds=1, sigmas=(0.1, 2.0), include=("sigma",))[:2]
+
+    def half_then_crash(configs, outs, **kwargs):
+        _fake_last(outs[0], 4)
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(trainers.ensemble, "train_ensemble", half_then_crash)
+    lines = []
+    runner = EnsembleRunner(1, log=lines.append)
+    for s in specs:
+        runner.submit(s, tmp_path / s.name)
+    assert [(r.name, r.returncode) for r in runner.wait()] == [(specs[0].name, 0), (specs[1].name, 1)]
+    assert "ensemble training failed: RuntimeError: out of memory" in lines

@@ -11,6 +11,7 @@ import pytest
 from analyses.netsim.sweep import (DISAGREE, HOLDS, OPPOSITE, above_chance_text, chance_summary, clip_interval,
                                    deterministic_labels, fmt, layer_levels, layer_summary, layer_table, metric_range,
                                    opposite_direction, same_direction, summarise, tables_at_chance, verdict_level)
+from analyses.netsim.report import clip_to_positive_definite, every_pe_beats_none, stationary_covariance
 
 
 # ---- verdict levels -------------------------------------------------------------------------------
@@ -250,6 +251,30 @@ def test_brain_fc_vs_distance_per_seed():
     out = fc_vs_distance_per_seed(df, "a")
     assert out.startswith("FC more than distance in 1 of 2 seeds by raw RSA (**inconclusive: seeds disagree**) and "
                           "2 of 2 by partial RSA (**inconclusive (2 seeds): same direction in every seed**)")
+    assert ("seed 0: RSA vs 1 - FC 0.530 vs RSA vs distance 0.450 (more), partial FC given dist 0.500 vs dist given FC "
+            "0.400 (more); seed 1: RSA vs 1 - FC 0.400 vs RSA vs distance 0.430 (not more), partial FC given dist 0.610 "
+            "vs dist given FC 0.380 (more)") in out
+
+
+def test_brain_partial_rsas_hold_out_the_right_variable():
+    """rsa_dist_given_fc is the PE's RSA with distance with FC held out (and not the other way round), checked
+    against the textbook partial correlation of the Spearman correlations."""
+    from scipy.spatial.distance import pdist, squareform
+    from scipy.stats import spearmanr
+
+    from analyses.brain.report import partial_spearman, pe_vs_fc
+
+    rng = np.random.default_rng(0)
+    coords = rng.normal(size=(30, 3))
+    table = np.hstack([coords, np.zeros((30, 2))]) + 0.05 * rng.normal(size=(30, 5))  # follows distance, not FC
+    fc = np.corrcoef(rng.normal(size=(30, 50)))  # unrelated to both
+    got = pe_vs_fc(table, fc, coords)
+    assert got["rsa_dist_given_fc"] > 0.8 and abs(got["rsa_fc_given_dist"]) < 0.2
+
+    a, b, c = pdist(table), pdist(coords), squareform(1 - fc, checks=False)
+    r = lambda x, y: spearmanr(x, y)[0]  # noqa: E731
+    textbook = (r(a, b) - r(a, c) * r(b, c)) / np.sqrt((1 - r(a, c) ** 2) * (1 - r(b, c) ** 2))
+    assert partial_spearman(a, b, c) == pytest.approx(textbook, abs=1e-10)
 
 
 @pytest.mark.parametrize("module", ["analyses.netsim.report", "analyses.brain.report"])
@@ -400,3 +425,39 @@ def test_stop_workers_ends_running_worker_processes_at_once():
     # manager thread woke; the rest must be cancelled, and none of the waiting calls may have run to completion
     assert all(f.cancelled() for f in futures[5:])
     assert not any(f.done() and not f.cancelled() and f.exception() is None for f in futures[2:])
+
+
+# ---- what a mutation audit found untested
+
+def test_the_seed_count_of_an_inconclusive_level_is_the_smaller_side():
+    assert verdict_level([0.40, 0.45, 0.50], [0.55, 0.65], "lower") == same_direction(2)
+
+
+def test_a_tiny_positive_eigenvalue_is_raised_too():
+    q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(4, 4)))
+    cov = (q * np.array([1.0, 0.5, 0.2, 1e-12])) @ q.T
+    fixed, n = clip_to_positive_definite((cov + cov.T) / 2)
+    assert n == 1 and np.linalg.eigvalsh(fixed).min() > 0
+
+
+def test_the_stationary_covariance_puts_a_lag_on_the_right_node_pair():
+    rng = np.random.default_rng(0)
+    m, t = 2000, 3
+    z = rng.normal(size=(m, t + 1))
+    x = np.stack([z[:, 1:], z[:, :-1]], axis=1)  # node 1 at step a+1 equals node 0 at step a
+    _, cov = stationary_covariance(x)
+    for a in range(t - 1):
+        assert cov[0 * t + a, 1 * t + a + 1] > 0.9  # node 0 now, node 1 one step later: the same value
+        assert abs(cov[1 * t + a, 0 * t + a + 1]) < 0.1  # node 1 now, node 0 one step later: two steps apart
+
+
+def test_every_pe_beats_none_counts_lower_errors():
+    rows = []
+    for seed in range(3):
+        rows.append({"label": "sin", "pe": "sin", "sigma": np.nan, "seed": seed,
+                     "test_rel": 0.2 + 0.01 * seed, "ood_rel": 0.3 + 0.01 * seed, "ood_noise_rel": 0.4 + 0.01 * seed})
+        rows.append({"label": "none", "pe": "none", "sigma": np.nan, "seed": seed,
+                     "test_rel": 0.9 + 0.01 * seed, "ood_rel": 0.9 + 0.01 * seed, "ood_noise_rel": 0.9 + 0.01 * seed})
+    df = pd.DataFrame(rows)
+    s = summarise(df, ["test_rel", "ood_rel", "ood_noise_rel"])
+    assert every_pe_beats_none(df, s).endswith("50%-masked test 1 of 1, 90%-masked OOD 1 of 1, unseen noise 1 of 1")

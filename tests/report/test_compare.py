@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from pe_probe.compare import compare, expand_sources, flatten
 from pe_probe.errors import InputError
-from pe_probe.report.trajectory import chain_align
+from pe_probe.report.compare_figures import identifiability_metrics, steps_frame, summary_frame
+from pe_probe.report.compare_index import _strength, correlation_sentence, smallest_exact_p
+from pe_probe.report.trajectory import chain_align, rotation_align, write_trajectory
 
 from .conftest import grid_coords, write_checkpoint
 
@@ -317,3 +324,57 @@ def test_compare_refuses_a_float8_checkpoint_ground_truth_in_one_line(noise_swee
     with pytest.raises(InputError, match="float8_e4m3fn") as e:
         compare([noise_sweep[0], odd], tmp_path / "out", progress=False, analyze_kwargs={"n_perm": 0, "n_boot": 0})
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+
+
+# ---- values the comparison shows (a mutation audit changed each without a test failing)
+
+def test_the_mean_and_95_ci_per_value_are_scipys_t_interval():
+    frame = pd.DataFrame({"noise": [0.1] * 4 + [0.2] * 3, "rsa_spearman": [0.9, 0.8, 0.85, 0.7, 0.5, 0.6, 0.4]})
+    s = summary_frame(frame, "noise", ["rsa_spearman"]).set_index("noise")
+    for value, g in frame.groupby("noise"):
+        v = g.rsa_spearman.to_numpy()
+        lo, hi = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+        assert s.loc[value, "sd"] == pytest.approx(np.std(v, ddof=1))
+        np.testing.assert_allclose([s.loc[value, "ci_low"], s.loc[value, "ci_high"]], [lo, hi])
+
+
+def test_identifiability_metrics_keep_every_base_metric_in_order():
+    names = ["rsa_spearman", "recovery_pca_r2", "probe_r2", "trustworthiness", "knn_overlap", "participation_ratio",
+             "ref_shape_distance"]
+    assert identifiability_metrics(pd.DataFrame({n: [0.5] for n in names})) == names
+
+
+def test_steps_frame_is_in_step_order():
+    s = steps_frame(pd.DataFrame({"step": [200, 0, 100], "rsa_spearman": [0.9, 0.1, 0.5]}), ["rsa_spearman"])
+    assert s["step"].tolist() == [0, 100, 200] and s["value"].tolist() == [0.1, 0.5, 0.9]
+
+
+def test_each_frame_is_aligned_onto_the_previous_one():
+    rng = np.random.default_rng(0)
+    ref = grid_coords(4, 4)
+    frames = [rng.normal(size=(16, 2)) for _ in range(4)]  # unrelated layouts: onto-reference and chained differ
+    out = chain_align(frames, ref)
+    size = np.sqrt(((ref - ref.mean(0)) ** 2).sum(1).mean())
+    for t in range(1, 4):
+        np.testing.assert_allclose(out[t], rotation_align(frames[t], out[t - 1], size))
+
+
+def test_trajectory_axes_match_their_titles(tmp_path):
+    g = grid_coords(3, 5)  # not square: axis 0 spans 2, axis 1 spans 4
+    page = write_trajectory([0, 1], [g, g], g, tmp_path / "t.html", method="pca").read_text()
+    data = json.loads(re.search(r"Plotly\.newPlot\(\s*\"pe-probe-trajectory\",\s*(\[.*?\]),\s*\{", page, re.S).group(1))
+    x, y = np.asarray(data[1]["x"], float), np.asarray(data[1]["y"], float)
+    assert re.search(r'"xaxis":\{"title":\{"text":"([^"]+)"', page).group(1) == "true axis 1"
+    np.testing.assert_allclose([np.ptp(x), np.ptp(y)], [np.ptp(g[:, 1]), np.ptp(g[:, 0])], rtol=1e-3)
+
+
+def test_strength_words_of_the_index_page_at_their_cut_offs():
+    assert [_strength(r) for r in (0.8, 0.6, 0.4, 0.39)] == ["very strong", "strong", "moderate", "weak"]
+
+
+def test_ties_above_the_exact_limit_raise_the_smallest_reachable_p():
+    x = np.array([0.0] * 8 + [1.0])  # 9 models, 8 tied: 8! of the 9! orderings reach the extreme
+    y = np.arange(9.0)
+    assert smallest_exact_p(9, x, y) == pytest.approx(math.factorial(8) / math.factorial(9))
+    sentence = correlation_sentence({"x": "noise", "y": "rsa", "spearman_rho": 0.6, "p_value": 0.01, "n": 9}, x, y)
+    assert "too few points" in sentence and "tied values" in sentence

@@ -90,3 +90,38 @@ def test_pc_grid_frame_only_for_2d_grids(sinusoid_result, cube_result, line_resu
     assert pcs.groupby("component").size().eq(64).all()
     assert fr.pc_grid_frame(cube_result) is None
     assert fr.pc_grid_frame(line_result) is None
+
+
+# ---- values the CSVs and captions show (a mutation audit changed each without a test failing)
+
+def test_block_size_is_the_largest_block():
+    rng = np.random.default_rng(0)
+    g = grid_coords(15, 20)  # 300 positions in 128 blocks of 2 or 3
+    frame = fr.rdm_frame(hand_result(g @ rng.normal(size=(2, 8)), g, shape=(15, 20)))
+    assert frame["block_size"].iloc[0] == (frame["row_stop"] - frame["row_start"]).max() == 3
+
+
+def test_layout_error_is_the_euclidean_distance(sinusoid_result):
+    lay = fr.layout_frame(sinusoid_result)
+    np.testing.assert_allclose(lay["error"], np.hypot(lay.recovered_0 - lay.true_0, lay.recovered_1 - lay.true_1))
+
+
+def test_spectrum_components_are_numbered_from_1(sinusoid_result):
+    spec = fr.spectrum_frame(sinusoid_result)
+    assert spec["component"].iloc[0] == 1
+    np.testing.assert_allclose(spec["cumulative"], np.cumsum(spec["ratio"]))
+
+
+def test_each_pc_panel_shows_its_own_share_of_variance(sinusoid_result):
+    pcs = fr.pc_grid_frame(sinusoid_result)
+    _, _, ratio = fr.principal_axes(sinusoid_result.table)
+    got = pcs.groupby("component")["explained"].first()
+    np.testing.assert_allclose(got.to_numpy(), ratio[: len(got)])
+
+
+def test_principal_axes_have_their_largest_loading_positive_whatever_the_sign_of_the_table():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(30, 6)) @ rng.normal(size=(6, 6))
+    for sign in (1, -1):
+        _, vt, _ = fr.principal_axes(sign * x)
+        assert (vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)] > 0).all()

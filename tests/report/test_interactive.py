@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.spatial.distance import pdist, squareform
 
 from pe_probe.report.interactive import INTERACTIVE_RDM_MAX_CELLS, interactive_figure, write_interactive
 
@@ -68,3 +69,22 @@ def test_static_layout_orientation_follows_the_ground_truth_kind():
     np.testing.assert_allclose(ax.collections[1].get_offsets()[:, 0], pts[:, 0])  # grey true points
     ax = layout_figure(frame, r.metrics, grid_view=True).axes[0]
     assert ax.get_xlabel() == "true axis 1" and ax.yaxis_inverted()
+
+
+def test_block_labels_are_disjoint_inclusive_ranges():
+    rng = np.random.default_rng(0)
+    g = grid_coords(25, 20)
+    fig, _, _ = interactive_figure(hand_result(g @ rng.normal(size=(2, 8)), g, shape=(25, 20)))
+    spans = [tuple(map(int, s.split("-"))) for s in fig.data[-1].x]
+    assert spans[0][0] == 0 and spans[-1][1] == 499
+    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))  # "0-3", "4-7": no position in two blocks
+
+
+def test_heatmap_labels_name_the_positions_of_shuffled_coordinates():
+    rng = np.random.default_rng(2)
+    g = grid_coords(4, 4)[rng.permutation(16)]
+    table = g @ rng.normal(size=(2, 6))
+    fig, _, _ = interactive_figure(hand_result(table, g, spec="coords.npy", kind="file"))
+    heat = fig.data[-1]
+    ids = [int(s) for s in heat.x]
+    np.testing.assert_allclose(np.asarray(heat.z), squareform(pdist(table))[np.ix_(ids, ids)], rtol=1e-5)

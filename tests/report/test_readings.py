@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pe_probe.report.readings import p_value_reading, readings, stress_grade, verdict
+from pe_probe.report.readings import correlation_strength, p_value_reading, readings, rsa_below_zero, stress_grade, verdict
 
 
 def _by_name(rows):
@@ -164,3 +164,36 @@ def test_shape_distance_is_read_against_its_chance_level_not_pi_over_2():
     assert "not clearly closer to the reference than chance" in far
     bare = _by_name(readings({"ref_shape_distance": 0.71}))["shape distance to reference"]
     assert "chance" not in bare and "orthogonal even after the best rotation" in bare
+
+
+# ---- cut-offs, each at its edge (a mutation audit moved every one of these without a test failing)
+
+def test_correlation_words_at_their_cut_offs():
+    assert [correlation_strength(r) for r in (0.5, 0.3, 0.1, 0.09, -0.5)] == [
+        "strong", "moderate", "weak", "negligible", "strong"]
+
+
+def test_an_rsa_is_called_below_zero_only_at_p_of_at_least_0_95():
+    m = {"rsa_spearman": -0.6, "rsa_ci_low": -0.8, "rsa_ci_high": -0.4}
+    prov = {"n_perm": 999}
+    assert rsa_below_zero(dict(m, rsa_p=0.95), prov)[0]
+    assert not rsa_below_zero(dict(m, rsa_p=0.92), prov)[0]
+
+
+def test_a_shape_distance_is_closer_than_chance_only_beyond_2_sd():
+    base = {"null_ref_shape_distance_mean": 1.0, "null_ref_shape_distance_sd": 0.1}
+    near = _by_name(readings(dict(base, ref_shape_distance=0.85)))["shape distance to reference"]
+    far = _by_name(readings(dict(base, ref_shape_distance=0.75)))["shape distance to reference"]
+    assert "not clearly closer to the reference than chance" in near
+    assert "closer to the reference than chance (more than 2 sd below it)" in far
+
+
+def test_the_verdict_says_recovers_only_from_r2_0_8():
+    partly = verdict({"rsa_spearman": 0.8, "rsa_p": 0.001, "recovery_pca_r2": 0.7})
+    assert partly.startswith("The PE table carries the true geometry only partly")
+    assert verdict({"rsa_spearman": 0.8, "rsa_p": 0.001, "recovery_pca_r2": 0.8}).startswith("The PE table recovers")
+
+
+def test_a_probe_explains_most_of_the_position_from_r2_0_5():
+    for r2, word in ((0.5, "most"), (0.55, "most"), (0.45, "some")):
+        assert f"{word} of the position" in _by_name(readings({"probe_r2": r2}))["linear probe R²"]

@@ -131,3 +131,18 @@ def test_every_local_link_of_the_index_page_exists(tmp_path, formats):
     links = [l for l in re.findall(r'(?:href|src)="([^"#:]+)"', page) if not l.startswith("data")]
     assert links and all((tmp_path / l).is_file() for l in links), [l for l in links if not (tmp_path / l).is_file()]
     assert ("figures/rdm.pdf" in links) == ("pdf" in formats)
+
+
+def test_the_shepard_line_is_the_median_per_true_distance(sinusoid_result):
+    """Its legend says median: a mean line would mislabel the series (a mutation audit found it untested)."""
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report import frames as fr
+    from pe_probe.report.static import shepard_figure
+
+    shep = fr.shepard_frame(sinusoid_result)
+    fig = shepard_figure(shep, sinusoid_result.metrics)
+    line = [ln for ln in fig.axes[0].lines if ln.get_label() == "median per true distance"][0]
+    want = shep.assign(t=shep.true_distance.round(6)).groupby("t").pe_distance.median()
+    np.testing.assert_allclose(line.get_ydata(), want.to_numpy(), rtol=1e-6)
+    plt.close(fig)
