@@ -9,8 +9,10 @@ import pytest
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
+from pe_probe import stats
 from pe_probe.causal import causal_mask_baseline, mask_only_kernel
 from pe_probe.cli import main
+from pe_probe.distances import rsa_distances, square_distances
 from pe_probe.groundtruth import line
 from pe_probe.report.readings import readings, verdict
 from pe_probe.views import view_tables
@@ -113,3 +115,41 @@ def test_a_local_layers_mask_only_kernel_is_uniform_over_its_window(rng):
     assert info["window"] == 4
     np.testing.assert_allclose(A, mask_only_kernel(N, 4), atol=1e-12)
     assert causal_mask_baseline(A, line(N).coords, n_boot=0, window=4)["causal_excess_rsa"] == pytest.approx(0, abs=1e-9)
+
+
+def _near_kernel(n=12):
+    i, j = np.indices((n, n))
+    near = np.where(j <= i, np.exp(-np.abs(i - j) / 2.0), 0.0)
+    return near / near.sum(1, keepdims=True)
+
+
+def test_causal_mask_kernel_rho_is_the_mask_kernels_not_the_analysed_kernels():
+    coords = line(12).coords
+    M = mask_only_kernel(12)
+    S = (M + M.T) / 2
+    iu = np.triu_indices(12, k=1)
+    # scipy reference: Spearman of the symmetrised mask (near ties merged by rounding) with minus the distances
+    expected = spearmanr(np.round(S[iu], 12), -pdist(coords))[0]
+    out = causal_mask_baseline(_near_kernel(), coords, n_boot=0)
+    assert out["causal_mask_kernel_rho"] == pytest.approx(expected, abs=1e-9)
+    # the analysed kernel's own rho is a different number: the key does not depend on the kernel given
+    assert out["causal_mask_kernel_rho"] == pytest.approx(
+        causal_mask_baseline(np.full((12, 12), 1 / 12), coords, n_boot=0)["causal_mask_kernel_rho"], abs=1e-12)
+
+
+def test_causal_excess_interval_is_the_95_percent_percentile_interval_of_the_paired_resamples():
+    coords = line(12).coords
+    K = _near_kernel()
+    out = causal_mask_baseline(K, coords, n_boot=400, seed=5)
+    gt = rsa_distances(square_distances(coords, "euclidean"), "euclidean")
+    samples = {}
+    for name, table in (("kernel", K), ("mask", mask_only_kernel(12))):
+        d = rsa_distances(square_distances(table, "euclidean"), "euclidean")
+        samples[name] = stats.bootstrap_rsa(d[0], gt[0], n_boot=400, seed=5, orders=(d[1], gt[1])).samples
+    diff = samples["kernel"] - samples["mask"]
+    diff = diff[np.isfinite(diff)]
+    assert out["causal_excess_ci_low"] == pytest.approx(np.percentile(diff, 2.5), abs=1e-12)
+    assert out["causal_excess_ci_high"] == pytest.approx(np.percentile(diff, 97.5), abs=1e-12)
+    # about 5% of the paired resamples fall outside, not 10%
+    outside = np.mean((diff < out["causal_excess_ci_low"]) | (diff > out["causal_excess_ci_high"]))
+    assert outside <= 0.06

@@ -9,6 +9,7 @@ import pytest
 from scipy.spatial.distance import pdist, squareform
 
 from pe_probe import distances as dist
+from pe_probe import kernels
 from pe_probe.groundtruth import grid
 from pe_probe.procrustes import procrustes_align
 from pe_probe.recovery import cmds_embed, pca_embed, smacof_embed
@@ -182,3 +183,21 @@ def test_cmds_eigenvalues_are_the_top_of_the_full_spectrum(n):
     c = np.eye(n) - 1 / n
     full = np.sort(np.linalg.eigvalsh(-0.5 * c @ (d ** 2) @ c))[::-1]
     np.testing.assert_allclose(cmds_eigenvalues(d, 3), full[:3], rtol=1e-8)
+
+
+def test_guttman_step_matches_the_numpy_transform_and_the_raw_stress_over_pairs_i_lt_j():
+    rng = np.random.default_rng(0)
+    n = 7
+    x = rng.normal(size=(n, 2))
+    delta = squareform(pdist(rng.normal(size=(n, 3))))
+    out, stress = kernels.guttman_step(x, delta)
+    d = squareform(pdist(x))
+    # raw stress: each pair once
+    iu = np.triu_indices(n, k=1)
+    assert stress == pytest.approx(np.sum((d[iu] - delta[iu]) ** 2), rel=1e-12)
+    # B(X) X / n with b_ij = -delta_ij / d_ij (i != j), b_ii = -sum_j b_ij
+    with np.errstate(divide="ignore", invalid="ignore"):
+        B = np.where(d > 0, -delta / d, 0.0)
+    np.fill_diagonal(B, 0.0)
+    np.fill_diagonal(B, -B.sum(1))
+    np.testing.assert_allclose(out, B @ x / n, atol=1e-12)

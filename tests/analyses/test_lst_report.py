@@ -462,3 +462,41 @@ def test_input_only_placement_runs_are_labelled_so():
     runs = pd.DataFrame([{"run": "a", "group": "placement", "pe": "learned", "sigma": 2.0, "control": "none"},
                          {"run": "b", "group": "sigma", "pe": "learned", "sigma": 2.0, "control": "none"}])
     assert label_runs(runs).label.tolist() == ["learned N(0,2²), input only", "learned N(0,2²), every layer"]
+
+
+# (sigma, seed) -> Mantel p of the raw-table RSA at the last checkpoint
+MANTEL_P = {(0.1, 0): 0.01, (0.1, 1): 0.07, (0.2, 0): 0.04, (0.2, 1): 0.05,
+     (1.0, 0): 0.2, (1.0, 1): 0.06, (2.0, 0): 0.03, (2.0, 1): 0.5}
+
+
+def _mantel_rows():
+    rows = []
+    for (s, seed), p in MANTEL_P.items():
+        rows.append({"run": f"s{s}-{seed}", "view": "raw", "layer": "mean", "is_last": True, "sigma": s, "seed": seed,
+                     "rsa_spearman": 0.5 - 0.1 * s + 0.01 * seed, "rsa_p": p, "eval_ood_acc": 0.9 - 0.1 * s,
+                     **{k: np.nan for k in ("recovery_cmds_r2", "probe_r2", "ref_shape_distance",
+                                            "ref_procrustes_distance", "kernel_distance_rho", "attention_similarity")}})
+    return pd.DataFrame(rows)
+
+
+def test_ident_table_mantel_shares_count_p_below_0_05_strictly():
+    t = T.ident_table(_mantel_rows())
+    row = t[(t.view == "raw table (mean of layers)") & (t.metric == "rsa_spearman")].iloc[0]
+    # all sigma: 0.01, 0.04, 0.03 of 8 runs (0.05 itself is not below 0.05)
+    assert row["share Mantel p<0.05, all σ (8 runs)"] == "0.38"
+    # sigma <= 0.2: 0.01, 0.04 of 4 runs
+    assert row["share Mantel p<0.05, σ ≤ 0.2 (4 runs)"] == "0.50"
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_paired_wilcoxon_p_is_two_sided(sign):
+    idx = range(5)
+    b = pd.Series([0.5, 0.4, 0.6, 0.3, 0.7], index=idx)
+    a = b + sign * pd.Series([0.01, 0.02, 0.03, 0.04, 0.05], index=idx)  # every seed on one side, distinct gaps
+    from scipy import stats
+
+    out = SS.paired_test(a, b)
+    # exact signed-rank null over 2^5 sign patterns: the extreme pattern on either side, p = 2 / 32
+    assert out["wilcoxon_p"] == pytest.approx(2 / 32)
+    assert out["wilcoxon_p"] == pytest.approx(stats.wilcoxon(a, b, alternative="two-sided").pvalue)
+    assert out["t_p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)

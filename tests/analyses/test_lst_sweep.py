@@ -535,21 +535,6 @@ def test_every_seed_0_run_comes_first_and_the_sigma_grid_before_the_second_seed_
     assert all(seed == 0 for seed, _ in order[: order.index((1, "sigma"))])
 
 
-def test_an_upload_moves_last_pt_into_place_last(tmp_path, monkeypatch):
-    """A reader that sees the final last.pt must see a complete run folder (ray_runner.upload_run)."""
-    fsspec = pytest.importorskip("fsspec")
-    from analyses.lst.ray_runner import upload_run
-
-    for name in ("a.json", "last.pt", "z.log", "checkpoints/step-1.pt"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
-    fs = fsspec.filesystem("memory")
-    moved, mv = [], fs.mv
-    monkeypatch.setattr(fs, "mv", lambda a, b, **kw: (moved.append(b), mv(a, b, **kw))[1])
-    assert upload_run(tmp_path, fs, "/upload-order-test") == 4
-    assert moved[-1] == "/upload-order-test/last.pt" and len(moved) == 4
-
-
 def test_the_ensemble_runner_reports_unfinished_runs_as_failed(tmp_path, monkeypatch):
     """A group whose training raised (here after finishing one of its two runs) must not be reported as trained:
     the sweep's exit code and its 'N failed' line come from these return codes."""
@@ -569,3 +554,109 @@ def test_the_ensemble_runner_reports_unfinished_runs_as_failed(tmp_path, monkeyp
         runner.submit(s, tmp_path / s.name)
     assert [(r.name, r.returncode) for r in runner.wait()] == [(specs[0].name, 0), (specs[1].name, 1)]
     assert "ensemble training failed: RuntimeError: out of memory" in lines
+
+
+# ---- staging a run folder to a URL (ray_runner), in-process
+
+@pytest.fixture
+def mem():
+    """An in-memory fsspec filesystem (no Ray) and a root of its own."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"/pe-probe-staging-{os.getpid()}"
+    yield fs, root
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def test_download_skips_uploads_that_were_cut_short(tmp_path, mem):
+    from analyses.lst.ray_runner import download_run
+
+    fs, root = mem
+    remote = f"{root}/run"
+    fs.pipe(f"{remote}/metrics.jsonl", b'{"epoch": 1}\n')
+    fs.pipe(f"{remote}/checkpoints/epoch_1.pt", b"ckpt")
+    fs.pipe(f"{remote}/last.pt.0123abcd.uploading", b"torn")  # a worker died mid-upload
+    fs.pipe(f"{remote}/checkpoints/epoch_2.pt.89abcdef.uploading", b"torn")
+    n = download_run(fs, remote, tmp_path)
+    got = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert got == ["checkpoints/epoch_1.pt", "metrics.jsonl"] and n == 2
+    assert download_run(fs, f"{root}/none", tmp_path / "x") == 0
+
+
+def test_upload_moves_last_pt_into_place_after_every_other_file(tmp_path, mem, monkeypatch):
+    """last.pt marks a run finished: a reader that sees it must see a complete run folder."""
+    from analyses.lst.ray_runner import upload_run
+
+    fs, root = mem
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("last.pt", "metrics.jsonl", "config.json", "train.log", "checkpoints/epoch_1.pt",
+                 "checkpoints/epoch_2.pt", "zzz.txt"):
+        (run / name).write_text(name)
+    (run / ".last.pt.1234.tmp").write_text("partial atomic write")  # never uploaded
+    moved = []
+    real_mv = fs.mv
+
+    def mv(src, dst, **kw):
+        # when last.pt arrives, every other file must already be in its final place
+        if dst.endswith("/last.pt"):
+            others = {p for p in fs.find(f"{root}/run") if not p.endswith(".uploading")}
+            assert len(others) == 6, sorted(others)
+        moved.append(dst.rsplit("/run/", 1)[1])
+        return real_mv(src, dst, **kw)
+
+    monkeypatch.setattr(fs, "mv", mv)
+    assert upload_run(run, fs, f"{root}/run") == 7
+    assert moved[-1] == "last.pt" and sorted(moved) == sorted(
+        ["last.pt", "metrics.jsonl", "config.json", "train.log", "checkpoints/epoch_1.pt", "checkpoints/epoch_2.pt",
+         "zzz.txt"])
+    assert not [p for p in fs.find(f"{root}/run") if p.endswith(".uploading") or p.endswith(".tmp")]
+
+
+# ---- the sweep's inputs and its local runner
+
+@pytest.mark.parametrize("text", ["0", "0.1,0", "0.0,2.0", "-0.0"])
+def test_a_zero_sigma_is_refused(text):
+    with pytest.raises(InputError, match="every sigma must be > 0"):
+        S.parse_sigmas(text)
+
+
+def test_a_zero_sigma_on_the_command_line_is_a_one_line_error(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        S.main(["--root", str(root), "--sigmas", "0.1,0", "--dry-run"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "every sigma must be > 0" in err and len(err.strip().splitlines()) == 1
+    assert not root.exists()
+
+
+def test_local_runner_runs_at_most_workers_trainings_at_once_and_all_of_them(tmp_path, monkeypatch):
+    # each "training" is a short sleep: the runner's bookkeeping is what is measured
+    monkeypatch.setattr(R, "pe_probe_command", lambda: [sys.executable, "-c", "import time; time.sleep(0.4)"])
+    peak = []
+    real_start = R.LocalRunner._start
+
+    def start(self, spec, out):
+        real_start(self, spec, out)
+        peak.append(len(self._running))
+
+    monkeypatch.setattr(R.LocalRunner, "_start", start)
+    specs = G.build_grid("quick", sigmas=(0.1, 0.2, 0.5, 1.0, 2.0), seeds=1, epochs=2, include=("sigma",))[:5]
+    runner = R.LocalRunner(2, log=lambda _m: None, poll_s=0.05)
+    for s in specs:
+        runner.submit(s, tmp_path / s.name)
+    t0 = time.time()
+    results = runner.wait()
+    assert sorted(r.name for r in results) == sorted(s.name for s in specs)
+    assert all(r.returncode == 0 for r in results)
+    assert len(peak) == 5 and max(peak) == 2  # two at a time, never three
+    assert time.time() - t0 >= 0.4 * 2  # five 0.4 s jobs two at a time take at least three rounds (first already going)
+
+
+@pytest.mark.parametrize("preset,epochs", [("quick", 12), ("quick", 40), ("paper", 300), ("paper", 4000)])
+def test_the_grids_eval_every_divides_its_checkpoint_spacing(preset, epochs):
+    cfg = G.build_grid(preset, epochs=epochs, seeds=1, sigmas=(0.1,), include=("sigma",))[0].config()
+    assert cfg.ckpt_every % cfg.eval_every == 0  # every checkpoint falls on a regular evaluation
+    assert cfg.eval_every <= G.PRESET_EVAL_EVERY[preset]

@@ -10,7 +10,8 @@ import pytest
 
 from analyses.netsim.sweep import (DISAGREE, HOLDS, OPPOSITE, above_chance_text, chance_summary, clip_interval,
                                    deterministic_labels, fmt, layer_levels, layer_summary, layer_table, metric_range,
-                                   opposite_direction, same_direction, summarise, tables_at_chance, verdict_level)
+                                   opposite_direction, same_direction, summarise, t_interval, tables_at_chance,
+                                   verdict_level)
 from analyses.netsim.report import clip_to_positive_definite, every_pe_beats_none, stationary_covariance
 
 
@@ -461,3 +462,47 @@ def test_every_pe_beats_none_counts_lower_errors():
     df = pd.DataFrame(rows)
     s = summarise(df, ["test_rel", "ood_rel", "ood_noise_rel"])
     assert every_pe_beats_none(df, s).endswith("50%-masked test 1 of 1, 90%-masked OOD 1 of 1, unseen noise 1 of 1")
+
+
+def test_t_interval_leaves_out_nan_and_inf_seeds():
+    from scipy import stats
+
+    vals = np.array([0.2, 0.4, 0.6])
+    sem = vals.std(ddof=1) / math.sqrt(3)
+    lo, hi = stats.t.interval(0.95, 2, loc=vals.mean(), scale=sem)  # scipy reference over the finite seeds
+    for x in ([0.2, np.nan, 0.4, 0.6], [np.inf, 0.2, 0.4, 0.6, np.nan]):
+        m, a, b = t_interval(np.array(x))
+        assert (m, a, b) == pytest.approx((0.4, lo, hi), abs=1e-12)
+    assert t_interval(np.array([np.nan, 0.3])) == pytest.approx((0.3, math.nan, math.nan), nan_ok=True)
+    assert all(math.isnan(v) for v in t_interval(np.array([np.nan, np.nan])))
+
+
+def test_summarise_a_label_with_a_failed_seed_keeps_the_other_seeds_interval():
+    from scipy import stats
+
+    df = pd.DataFrame({"label": ["l"] * 3, "pe": ["learned"] * 3, "sigma": [0.1] * 3, "seed": [0, 1, 2],
+                       "rsa_spearman": [0.2, np.nan, 0.6]})
+    s = summarise(df, ["rsa_spearman"]).set_index("label")
+    assert s.loc["l", "rsa_spearman"] == pytest.approx(0.4)
+    lo, hi = stats.t.interval(0.95, 1, loc=0.4, scale=np.std([0.2, 0.6], ddof=1) / math.sqrt(2))
+    assert (s.loc["l", "rsa_spearman_lo"], s.loc["l", "rsa_spearman_hi"]) == pytest.approx((lo, hi))
+
+
+def test_a_label_is_deterministic_only_when_every_metric_is_fixed_across_seeds():
+    df = pd.DataFrame({"label": ["fixed", "fixed", "half", "half", "varies", "varies"], "seed": [0, 1] * 3,
+                       "rsa_spearman": [0.5, 0.5, 0.3, 0.3, 0.1, 0.9],
+                       "probe_r2": [0.7, 0.7, 0.2, 0.8, 0.4, 0.4]})
+    assert deterministic_labels(df, ["rsa_spearman", "probe_r2"]) == ["fixed"]
+    assert deterministic_labels(df, ["rsa_spearman"]) == ["fixed", "half"]
+
+
+def test_the_committed_brain_report_computes_its_ood_train_gap_as_ood_minus_train():
+    """runs.csv's gap is the 90%-masked MSE minus the train MSE in every run, and summary.csv's is its seed mean
+    (the report's 'generalisation gap' verdict reads these columns)."""
+    from pathlib import Path
+
+    report = Path(__file__).resolve().parents[2] / "reports" / "brain"
+    runs, summ = pd.read_csv(report / "runs.csv"), pd.read_csv(report / "summary.csv").set_index("label")
+    np.testing.assert_allclose(runs["ood_train_gap"], runs["ood_mse"] - runs["train_mse"], rtol=0, atol=1e-12)
+    means = runs.groupby("label")["ood_train_gap"].mean()
+    np.testing.assert_allclose(summ.loc[means.index, "ood_train_gap"], means, rtol=1e-12)
