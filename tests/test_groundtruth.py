@@ -253,3 +253,20 @@ def test_a_ground_truth_npy_whose_header_claims_more_than_the_file_holds_is_refu
     np.save(path, grid(4, 4).coords)  # a real one still loads, as a plain (not memory-mapped) array
     arr = load_npy(path, "ground truth")
     assert type(arr) is np.ndarray and np.array_equal(arr, grid(4, 4).coords)
+
+
+def test_rows_ending_mid_row_of_a_grid_keep_no_grid_shape() -> None:
+    gt = grid(4, 4)
+    part = gt.rows(0, 6)  # one whole row and half of the next: not a 1x4 or 2x4 grid
+    assert part.shape is None
+    np.testing.assert_array_equal(part.coords, np.indices((4, 4)).reshape(2, -1).T[:6])
+    assert gt.rows(4, 14).shape is None
+    mid = gt.rows(4, 12)
+    assert mid.shape == (2, 4)
+    np.testing.assert_array_equal(mid.coords, np.indices((4, 4)).reshape(2, -1).T[4:12])
+
+
+def test_rows_of_a_3d_grid_keep_its_shape_only_for_whole_planes() -> None:
+    gt = grid(3, 2, 2)  # inner size 2 * 2 = 4
+    assert gt.rows(4, 12).shape == (2, 2, 2)
+    assert gt.rows(4, 10).shape is None

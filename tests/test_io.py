@@ -580,3 +580,88 @@ def test_a_negative_layer_is_out_of_range_as_text_or_integer(tmp_path, grid_tabl
             load_table(tmp_path / "c.pt", layer=layer)
     with pytest.raises(InputError, match=r"--layer '1\.0' is not understood"):
         load_table(tmp_path / "c.pt", layer="1.0")
+
+
+# ---- loader choices pinned against round trips and hand values
+
+def test_mae_style_model_takes_the_well_known_pos_embed_not_the_decoder_one(tmp_path, rng) -> None:
+    # timm MAE: pos_embed (encoder) and decoder_pos_embed; only pos_embed is a well-known name, so it is
+    # taken without ambiguity; a PE-looking name must not outrank or tie with it.
+    enc = rng.normal(size=(1, 17, 8)).astype(np.float32)
+    state = {"pos_embed": torch.tensor(enc), "decoder_pos_embed": torch.tensor(rng.normal(size=(1, 17, 4)), dtype=torch.float32),
+             "cls_token": torch.zeros(1, 1, 8)}
+    path = tmp_path / "mae.pt"
+    torch.save(state, path)
+    lt = load_table(path, drop_extra_tokens=0)
+    assert lt.param == "pos_embed"
+    np.testing.assert_array_equal(lt.table, enc[0].astype(np.float64))
+
+
+def test_training_checkpoint_uses_the_model_weights_not_the_ema_copy(tmp_path, rng) -> None:
+    # {"model": ..., "model_ema": ...} (timm/DeiT-style training checkpoints): the live weights are analysed.
+    live = rng.normal(size=(16, 8)).astype(np.float32)
+    ema = rng.normal(size=(16, 8)).astype(np.float32)
+    ckpt = {"model_ema": {"wpe.weight": torch.tensor(ema)}, "epoch": 3,
+            "model": {"wpe.weight": torch.tensor(live)}, "optimizer": {"lr": 0.1}}
+    path = tmp_path / "train.pt"
+    torch.save(ckpt, path)
+    lt = load_table(path)
+    np.testing.assert_array_equal(lt.table, live.astype(np.float64))
+    assert any("'model'" in n for n in lt.notes)
+
+
+def test_provenance_records_the_rows_dropped_and_the_positions_kept(tmp_path, rng) -> None:
+    # A ViT table: 1 CLS row + a 4x4 patch grid; provenance must say 1 row was dropped (what metrics.json records).
+    table = rng.normal(size=(1, 17, 8)).astype(np.float32)
+    save_file({"embeddings.position_embeddings": torch.tensor(table),
+               "embeddings.cls_token": torch.tensor(rng.normal(size=(1, 1, 8)), dtype=torch.float32)},
+              str(tmp_path / "vit.safetensors"))
+    lt = load_table(tmp_path / "vit.safetensors", positions="2:10")
+    prov = lt.provenance()
+    assert prov["extra_tokens"] == 1 and lt.extra_tokens == 1
+    assert prov["positions"] == [2, 10] and prov["original_shape"] == [1, 17, 8]
+    np.testing.assert_array_equal(lt.table, table[0, 3:11].astype(np.float64))
+
+
+def test_param_suffix_matches_whole_dotted_parts_only(tmp_path, rng) -> None:
+    # "pe.weight" names h.pe.weight; h.wpe.weight merely ends with the same letters and is not a match.
+    pe = rng.normal(size=(8, 4)).astype(np.float32)
+    torch.save({"h.wpe.weight": torch.tensor(rng.normal(size=(8, 4)), dtype=torch.float32),
+                "h.pe.weight": torch.tensor(pe)}, tmp_path / "m.pt")
+    lt = load_table(tmp_path / "m.pt", param="pe.weight")
+    assert lt.param == "h.pe.weight"
+    np.testing.assert_array_equal(lt.table, pe.astype(np.float64))
+    torch.save({"h.wpe.weight": torch.tensor(pe)}, tmp_path / "only.pt")
+    with pytest.raises(InputError, match="no tensor named 'pe.weight'"):
+        load_table(tmp_path / "only.pt", param="pe.weight")
+
+
+def test_a_checkpoint_whose_ground_truth_matches_every_row_keeps_every_row(tmp_path, rng) -> None:
+    # 17 rows under a ViT-looking name would read as CLS + 4x4 patches, but the checkpoint's own ground truth
+    # (line:17) says every row is a position: nothing is dropped.
+    table = rng.normal(size=(17, 8)).astype(np.float32)
+    ckpt = {"format": "pe-probe-checkpoint/1", "model": {"pos_embed": torch.tensor(table)},
+            "config": {"pe": "learned"}, "pe_params": ["pos_embed"],
+            "ground_truth": {"coords": torch.arange(17, dtype=torch.float64)[:, None], "kind": "line", "shape": [17]}}
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    lt = load_table(tmp_path / "ckpt.pt")
+    assert lt.extra_tokens == 0 and lt.table.shape == (17, 8)
+    np.testing.assert_array_equal(lt.table, table.astype(np.float64))
+    assert lt.ground_truth is not None and lt.ground_truth.n == 17
+
+
+def test_positions_do_not_slice_a_ground_truth_that_no_longer_lines_up_with_the_rows(tmp_path, rng) -> None:
+    # 16 rows with a line:16 ground truth; dropping 1 row by hand shifts the table against its ground truth, so
+    # slicing the ground truth with the same 0:8 would pair table row 1 with position 0. It is left whole (its
+    # mismatch is then reported by the analysis) rather than silently misaligned.
+    table = rng.normal(size=(16, 8)).astype(np.float32)
+    ckpt = {"format": "pe-probe-checkpoint/1", "model": {"blocks.0.pe.table": torch.tensor(table)},
+            "config": {"pe": "learned"}, "pe_params": ["blocks.0.pe.table"],
+            "ground_truth": {"coords": torch.arange(16, dtype=torch.float64)[:, None], "kind": "line", "shape": [16]}}
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    lt = load_table(tmp_path / "ckpt.pt", drop_extra_tokens=1, positions="0:8")
+    np.testing.assert_array_equal(lt.table, table[1:9].astype(np.float64))
+    assert lt.ground_truth.n == 16
+    np.testing.assert_array_equal(lt.ground_truth.coords[:, 0], np.arange(16))
+    aligned = load_table(tmp_path / "ckpt.pt", positions="3:11")  # no rows dropped: sliced alongside
+    np.testing.assert_array_equal(aligned.ground_truth.coords[:, 0], np.arange(3, 11))

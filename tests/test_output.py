@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pe_probe.errors import InputError
-from pe_probe.output import MARKER, check_out_dir, staged_dir
+from pe_probe.groundtruth import grid, parse_ground_truth
+from pe_probe.output import MARKER, check_out_dir, staged_dir, write_data_files
+from pe_probe.result import AnalysisResult
 
 
 def test_out_inside_an_input_folder_is_refused_when_it_holds_other_files_force_or_not(tmp_path):
@@ -209,3 +215,83 @@ def test_a_termination_signal_whose_exit_was_swallowed_still_stops_the_report(tm
             (stage / "y").write_text("y")
     assert e.value.code == 128 + signal.SIGTERM
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+# ---- report folders replaced whole; the data files' values
+
+def _write_report(out, text):
+    with staged_dir(out) as stage:
+        (stage / "report.txt").write_text(text)
+
+
+def test_rewriting_a_report_replaces_it_and_leaves_no_hidden_copies(tmp_path):
+    out = tmp_path / "report"
+    _write_report(out, "first")
+    (out / "stale.txt").write_text("from the first run")  # inside our own folder: replaced as a whole
+    _write_report(out, "second")
+    assert (out / "report.txt").read_text() == "second" and (out / MARKER).is_file()
+    assert not (out / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no .report.old-* / .report.staging-*
+
+
+def test_an_error_while_writing_keeps_the_previous_report_and_leaves_nothing_half_written(tmp_path):
+    out = tmp_path / "report"
+    _write_report(out, "good")
+    with pytest.raises(RuntimeError):
+        with staged_dir(out) as stage:
+            (stage / "report.txt").write_text("half")
+            raise RuntimeError("analysis failed")
+    assert (out / "report.txt").read_text() == "good"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_a_finished_report_folder_gets_the_umask_mode_not_the_private_staging_mode(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        _write_report(tmp_path / "report", "x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "report").stat().st_mode) == 0o755
+
+
+def test_out_may_not_be_the_current_folder_or_one_above_it(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / MARKER).write_text("written by pe-probe\n")  # even a folder that looks like ours
+    monkeypatch.chdir(work)
+    for out in (".", "..", str(work), str(tmp_path)):
+        with pytest.raises(InputError, match="current folder or one above it"):
+            check_out_dir(out, force=True)
+
+
+def _result(coords: np.ndarray, emb: np.ndarray, metrics: dict) -> AnalysisResult:
+    n = len(coords)
+    return AnalysisResult(metrics=metrics, provenance={"source": "t.npy", "seed": 0}, table=np.zeros((n, 3)),
+                          coords=coords, gt_spec="grid:2x3", gt_kind="grid", gt_shape=(2, 3), pe_metric="euclidean",
+                          pe_distances=np.zeros(n * (n - 1) // 2), gt_distances=np.zeros(n * (n - 1) // 2),
+                          embeddings={"mds": emb})
+
+
+def test_embedding_csv_columns_hold_each_axis_of_truth_and_recovery(tmp_path):
+    coords = grid(2, 3).coords  # (row, col), rows differ from cols: a swap would show
+    emb = coords * 10.0 + np.array([0.5, -0.25])
+    write_data_files(_result(coords, emb, {"n_positions": 6, "rsa": 0.75, "nan_metric": float("nan")}), tmp_path)
+    df = pd.read_csv(tmp_path / "embedding.csv")
+    assert list(df.columns) == ["position", "true_0", "true_1", "mds_0", "mds_1"]
+    np.testing.assert_array_equal(df["position"], np.arange(6))
+    np.testing.assert_array_equal(df["true_0"], [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(df["true_1"], [0, 1, 2, 0, 1, 2])
+    np.testing.assert_allclose(df[["mds_0", "mds_1"]].to_numpy(), emb, rtol=1e-6)
+    # pe-probe's own embedding.csv read back as a ground truth gives the same coordinates
+    np.testing.assert_array_equal(parse_ground_truth(str(tmp_path / "embedding.csv")).coords, coords)
+    doc = json.loads((tmp_path / "metrics.json").read_text())
+    assert doc["n_positions"] == 6 and doc["rsa"] == 0.75 and doc["nan_metric"] is None
+    assert doc["provenance"] == {"source": "t.npy", "seed": 0}
+
+
+def test_embedding_csv_keeps_six_significant_digits(tmp_path):
+    coords = grid(2, 3).coords
+    emb = np.full((6, 2), 1.2345678)
+    write_data_files(_result(coords, emb, {"rsa": 0.5}), tmp_path)
+    df = pd.read_csv(tmp_path / "embedding.csv")
+    np.testing.assert_allclose(df["mds_0"], 1.23457, rtol=0, atol=1e-9)

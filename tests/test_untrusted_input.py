@@ -341,3 +341,22 @@ def test_compare_takes_the_drop_extra_tokens_its_error_suggests(tmp_path, capsys
     import pandas as pd
 
     assert list(pd.read_csv(tmp_path / "c" / "compare.csv").n_positions) == [16, 16]
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "2.6.0", "2.8.0+cu126", "2.9.1"])
+def test_torch_loaders_before_2_10_are_refused_including_the_2_6_to_2_9_memory_corruption_range(tmp_path, version):
+    import re
+
+    from pe_probe.errors import InputError
+    from pe_probe.filechecks import check_safe_torch_loader
+
+    # CVE-2026-24747 affects weights-only loading before 2.10; 2.9 must not pass a lexicographic or 2.6-only check.
+    with pytest.raises(InputError, match=re.escape(f"refused to load with torch {version}")):
+        check_safe_torch_loader(tmp_path / "x.pt", version)
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.10.1+cpu", "2.13.0", "3.0.0"])
+def test_torch_loaders_from_2_10_on_are_accepted(tmp_path, version):
+    from pe_probe.filechecks import check_safe_torch_loader
+
+    check_safe_torch_loader(tmp_path / "x.pt", version)
