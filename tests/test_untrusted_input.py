@@ -3,8 +3,10 @@ traceback, and nothing left on disk (the project's rule for bad input)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import zipfile
 
 import numpy as np
@@ -300,6 +302,21 @@ def test_pickled_torch_files_are_refused_with_a_torch_whose_loader_has_known_fla
     assert main(["analyze", str(tmp_path / "table.npy"), "-g", "line:16", *FAST]) == 0
 
 
+@contextlib.contextmanager
+def fails_instead_of_hanging(seconds: int):
+    """Turn a hang (a read from a pipe or /dev/zero) into a test failure after ``seconds`` (SIGALRM, main thread)."""
+    def hung(signum, frame):
+        raise AssertionError(f"still running after {seconds} s: a pipe or device was read instead of refused")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def test_second_review_bad_inputs_are_one_line_errors(tmp_path, capsys):
     """A symbolic link loop or a dangling link as --out, a meta-device tensor, coordinates that overflow float64, a
     pipe or device as a source, ground truth or reference: each used to crash (traceback), hang or give garbage."""
@@ -319,11 +336,12 @@ def test_second_review_bad_inputs_are_one_line_errors(tmp_path, capsys):
     refuse(["analyze", t, "-g", tmp_path / "huge.npy", *FAST], capsys, "overflow float64")
     os.mkfifo(tmp_path / "fifo.npy")
     os.symlink("/dev/zero", tmp_path / "zero.pt")
-    refuse(["analyze", tmp_path / "fifo.npy", "-g", "line:16", *FAST], capsys, "not a regular file")
-    refuse(["analyze", tmp_path / "zero.pt", "-g", "line:16", *FAST], capsys, "not a regular file")
-    refuse(["analyze", t, "-g", tmp_path / "fifo.npy", *FAST], capsys, "ground truth is not a regular file")
-    refuse(["analyze", t, "-g", "line:16", "--reference", tmp_path / "fifo.npy", *FAST], capsys,
-           "reference is not a regular file")
+    with fails_instead_of_hanging(60):  # without the check, opening the pipe blocks for ever
+        refuse(["analyze", tmp_path / "fifo.npy", "-g", "line:16", *FAST], capsys, "not a regular file")
+        refuse(["analyze", tmp_path / "zero.pt", "-g", "line:16", *FAST], capsys, "not a regular file")
+        refuse(["analyze", t, "-g", tmp_path / "fifo.npy", *FAST], capsys, "ground truth is not a regular file")
+        refuse(["analyze", t, "-g", "line:16", "--reference", tmp_path / "fifo.npy", *FAST], capsys,
+               "reference is not a regular file")
     (tmp_path / "folder.npy").mkdir()
     refuse(["analyze", t, "-g", tmp_path / "folder.npy", *FAST], capsys, "is a folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
