@@ -636,14 +636,20 @@ def test_param_suffix_matches_whole_dotted_parts_only(tmp_path, rng) -> None:
         load_table(tmp_path / "only.pt", param="pe.weight")
 
 
+def _save_line_checkpoint(path: Path, name: str, table: np.ndarray) -> np.ndarray:
+    """Save a pe-probe checkpoint holding ``table`` (as float32) under ``name`` with a line ground truth of its rows."""
+    table = table.astype(np.float32)
+    n = len(table)
+    torch.save({"format": "pe-probe-checkpoint/1", "model": {name: torch.tensor(table)}, "config": {"pe": "learned"},
+                "pe_params": [name], "ground_truth": {"coords": torch.arange(n, dtype=torch.float64)[:, None],
+                                                      "kind": "line", "shape": [n]}}, path)
+    return table
+
+
 def test_a_checkpoint_whose_ground_truth_matches_every_row_keeps_every_row(tmp_path, rng) -> None:
     # 17 rows under a ViT-looking name would read as CLS + 4x4 patches, but the checkpoint's own ground truth
     # (line:17) says every row is a position: nothing is dropped.
-    table = rng.normal(size=(17, 8)).astype(np.float32)
-    ckpt = {"format": "pe-probe-checkpoint/1", "model": {"pos_embed": torch.tensor(table)},
-            "config": {"pe": "learned"}, "pe_params": ["pos_embed"],
-            "ground_truth": {"coords": torch.arange(17, dtype=torch.float64)[:, None], "kind": "line", "shape": [17]}}
-    torch.save(ckpt, tmp_path / "ckpt.pt")
+    table = _save_line_checkpoint(tmp_path / "ckpt.pt", "pos_embed", rng.normal(size=(17, 8)))
     lt = load_table(tmp_path / "ckpt.pt")
     assert lt.extra_tokens == 0 and lt.table.shape == (17, 8)
     np.testing.assert_array_equal(lt.table, table.astype(np.float64))
@@ -654,11 +660,7 @@ def test_positions_do_not_slice_a_ground_truth_that_no_longer_lines_up_with_the_
     # 16 rows with a line:16 ground truth; dropping 1 row by hand shifts the table against its ground truth, so
     # slicing the ground truth with the same 0:8 would pair table row 1 with position 0. It is left whole (its
     # mismatch is then reported by the analysis) rather than silently misaligned.
-    table = rng.normal(size=(16, 8)).astype(np.float32)
-    ckpt = {"format": "pe-probe-checkpoint/1", "model": {"blocks.0.pe.table": torch.tensor(table)},
-            "config": {"pe": "learned"}, "pe_params": ["blocks.0.pe.table"],
-            "ground_truth": {"coords": torch.arange(16, dtype=torch.float64)[:, None], "kind": "line", "shape": [16]}}
-    torch.save(ckpt, tmp_path / "ckpt.pt")
+    table = _save_line_checkpoint(tmp_path / "ckpt.pt", "blocks.0.pe.table", rng.normal(size=(16, 8)))
     lt = load_table(tmp_path / "ckpt.pt", drop_extra_tokens=1, positions="0:8")
     np.testing.assert_array_equal(lt.table, table[1:9].astype(np.float64))
     assert lt.ground_truth.n == 16
