@@ -35,6 +35,13 @@ def gpt2_folder(folder, P, rng):
     return state
 
 
+def near_kernel(n: int) -> np.ndarray:
+    """A causal kernel that attends to near positions (weights exp(-|i - j| / 2) over j <= i): a PE with geometry."""
+    i, j = np.indices((n, n))
+    near = np.where(j <= i, np.exp(-np.abs(i - j) / 2.0), 0.0)
+    return near / near.sum(1, keepdims=True)
+
+
 def test_mask_only_kernel_is_a_constant_tables_causal_kernel(rng):
     M = mask_only_kernel(5)
     np.testing.assert_allclose(M[3], [0.25, 0.25, 0.25, 0.25, 0.0])
@@ -56,9 +63,7 @@ def test_mask_baseline_matches_scipy_and_pairs_the_bootstrap(rng):
     # the same kernel against itself: every paired resample differs by exactly 0
     assert same["causal_excess_rsa"] == 0 and same["causal_excess_ci_low"] == same["causal_excess_ci_high"] == 0
     # a kernel that attends to near positions (a PE with geometry) exceeds the mask; one that ignores order does not
-    i, j = np.indices((N, N))
-    near = np.where(j <= i, np.exp(-np.abs(i - j) / 2.0), 0.0)
-    near /= near.sum(1, keepdims=True)
+    near = near_kernel(N)
     up = causal_mask_baseline(near, coords, n_boot=200)
     assert up["causal_excess_rsa"] == pytest.approx(spearmanr(np.round(pdist(near), 12), pdist(coords))[0]
                                                     - same["causal_mask_rsa"], abs=1e-12)
@@ -117,12 +122,6 @@ def test_a_local_layers_mask_only_kernel_is_uniform_over_its_window(rng):
     assert causal_mask_baseline(A, line(N).coords, n_boot=0, window=4)["causal_excess_rsa"] == pytest.approx(0, abs=1e-9)
 
 
-def _near_kernel(n=12):
-    i, j = np.indices((n, n))
-    near = np.where(j <= i, np.exp(-np.abs(i - j) / 2.0), 0.0)
-    return near / near.sum(1, keepdims=True)
-
-
 def test_causal_mask_kernel_rho_is_the_mask_kernels_not_the_analysed_kernels():
     coords = line(12).coords
     M = mask_only_kernel(12)
@@ -130,7 +129,7 @@ def test_causal_mask_kernel_rho_is_the_mask_kernels_not_the_analysed_kernels():
     iu = np.triu_indices(12, k=1)
     # scipy reference: Spearman of the symmetrised mask (near ties merged by rounding) with minus the distances
     expected = spearmanr(np.round(S[iu], 12), -pdist(coords))[0]
-    out = causal_mask_baseline(_near_kernel(), coords, n_boot=0)
+    out = causal_mask_baseline(near_kernel(12), coords, n_boot=0)
     assert out["causal_mask_kernel_rho"] == pytest.approx(expected, abs=1e-9)
     # the analysed kernel's own rho is a different number: the key does not depend on the kernel given
     assert out["causal_mask_kernel_rho"] == pytest.approx(
@@ -139,7 +138,7 @@ def test_causal_mask_kernel_rho_is_the_mask_kernels_not_the_analysed_kernels():
 
 def test_causal_excess_interval_is_the_95_percent_percentile_interval_of_the_paired_resamples():
     coords = line(12).coords
-    K = _near_kernel()
+    K = near_kernel(12)
     out = causal_mask_baseline(K, coords, n_boot=400, seed=5)
     gt = rsa_distances(square_distances(coords, "euclidean"), "euclidean")
     samples = {}

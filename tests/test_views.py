@@ -622,42 +622,24 @@ def test_an_encoder_decoders_parts_are_read_with_their_own_configs(rng):
     np.testing.assert_allclose(A, expected, atol=1e-9)
 
 
-def _ours_state(rng):
-    return {"embed.weight": rng.normal(size=(D, 5)), "embed.bias": rng.normal(size=D),
-            "pe.table": rng.normal(size=(N, D)),
-            "blocks.0.attn.qkv.weight": rng.normal(size=(3 * D, D)), "blocks.0.attn.qkv.bias": rng.normal(size=3 * D),
-            "blocks.0.ln1.weight": rng.normal(size=D), "blocks.0.ln1.bias": rng.normal(size=D)}
-
-
 def test_a_checkpoint_config_without_norm_is_read_as_the_trainers_default_post_norm():
     from trainers.config import ModelConfig
 
     assert ModelConfig().norm == "post"  # what a config that does not say means
-    rng = np.random.default_rng(0)
-    state = _ours_state(rng)
-    meta = {"source_kind": "pe-probe-checkpoint", "pe_params": ["pe.table"], "config": {"model": {"n_heads": 2}}}
+    state = ours_state(np.random.default_rng(0), n_layers=1, every_layer=False)
+    meta = ours_meta(state)
+    del meta["config"]["model"]["norm"]
     (_, q, info), = view_tables(state, meta, "q")
-    x = state["pe.table"] + state["embed.bias"]  # post-norm: attention sees x itself, no ln1
-    w, b = state["blocks.0.attn.qkv.weight"], state["blocks.0.attn.qkv.bias"]
-    np.testing.assert_allclose(q, x @ w[:D].T + b[:D], atol=1e-9)
+    np.testing.assert_allclose(q, expected_ours(state, 0, "post", with_embed=True)[0], atol=1e-9)  # no ln1
     assert "ln1" not in info["input"]
-
-
-def _bert_state(P, rng):
-    d = P.shape[1]
-    att = "encoder.layer.0.attention.self."
-    return {"embeddings.position_embeddings.weight": P, "embeddings.LayerNorm.weight": np.ones(d),
-            "embeddings.LayerNorm.bias": np.zeros(d), att + "query.weight": rng.normal(size=(d, d)),
-            att + "query.bias": np.zeros(d), att + "key.weight": rng.normal(size=(d, d)), att + "key.bias": np.zeros(d)}
 
 
 def test_a_positions_slices_kernel_distance_rho_is_against_the_slices_ground_truth():
     rng = np.random.default_rng(1)
     t = np.arange(N)[:, None] / 3.0
     P = np.concatenate([np.sin(t * np.arange(1, D // 2 + 1)), np.cos(t * np.arange(1, D // 2 + 1))], axis=1)
-    state = _bert_state(P, rng)
-    meta = {"config": {"model_type": "bert", "num_attention_heads": 2, "layer_norm_eps": 1e-12}, "ground_truth": line(N)}
-    (_, A, info), = view_tables(state, meta, "kernel", positions="4:12")
+    state = bert_state(P, wq=rng.normal(size=(D, D)), wk=rng.normal(size=(D, D)))
+    (_, A, info), = view_tables(state, {**bert_meta(2), "ground_truth": line(N)}, "kernel", positions="4:12")
     assert A.shape == (8, 8)
     S = (A + A.T) / 2
     iu = np.triu_indices(8, k=1)

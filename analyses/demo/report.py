@@ -10,6 +10,7 @@ README's demo table without rerunning it: the summary, both runs' config and tra
 from __future__ import annotations
 
 import argparse
+import csv
 import shutil
 from pathlib import Path
 
@@ -74,8 +75,6 @@ def copy_outputs(demo: Path, out: Path, names: list[str]) -> None:
 
 def relative_sources(src: Path, dst: Path, base: Path) -> None:
     """Copy the tidy CSV ``src`` to ``dst`` with each ``source`` under ``base`` made relative to it (others kept)."""
-    import csv
-
     with open(src, newline="") as f:
         rows = list(csv.reader(f))
     col = rows[0].index("source")

@@ -411,16 +411,21 @@ def _accuracy_runs() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _raw_mean_row(s: float, seed: int, **fields) -> dict:
+    """One analysis row of run ``s{s}-{seed}``'s raw mean-of-layers table: ``fields`` plus NaN for the other metrics."""
+    others = ("recovery_cmds_r2", "probe_r2", "ref_shape_distance", "ref_procrustes_distance", "kernel_distance_rho",
+              "attention_similarity")
+    return {"run": f"s{s}-{seed}", "view": "raw", "layer": "mean", "sigma": s, "seed": seed,
+            **dict.fromkeys(others, np.nan), **fields}
+
+
 def _analysis_rows() -> pd.DataFrame:
     rows = []
     for s, rsa in ((0.1, 0.8), (1.0, 0.5), (2.0, 0.1)):
         for seed in range(3):
             for epoch, grow in ((5, 0.0), (10, 0.1), (40, -0.05)):
-                rows.append({"run": f"s{s}-{seed}", "view": "raw", "layer": "mean", "is_last": epoch == 40,
-                             "sigma": s, "seed": seed, "epoch": epoch, "rsa_spearman": rsa + grow + 0.01 * seed,
-                             "rsa_p": 0.01, "eval_ood_acc": 0.9 - 0.3 * s, "recovery_cmds_r2": np.nan,
-                             "probe_r2": np.nan, "ref_shape_distance": np.nan, "ref_procrustes_distance": np.nan,
-                             "kernel_distance_rho": np.nan, "attention_similarity": np.nan})
+                rows.append(_raw_mean_row(s, seed, is_last=epoch == 40, epoch=epoch, rsa_spearman=rsa + grow + 0.01 * seed,
+                                          rsa_p=0.01, eval_ood_acc=0.9 - 0.3 * s))
     return pd.DataFrame(rows)
 
 
@@ -469,14 +474,9 @@ MANTEL_P = {(0.1, 0): 0.01, (0.1, 1): 0.07, (0.2, 0): 0.04, (0.2, 1): 0.05,
      (1.0, 0): 0.2, (1.0, 1): 0.06, (2.0, 0): 0.03, (2.0, 1): 0.5}
 
 
-def _mantel_rows():
-    rows = []
-    for (s, seed), p in MANTEL_P.items():
-        rows.append({"run": f"s{s}-{seed}", "view": "raw", "layer": "mean", "is_last": True, "sigma": s, "seed": seed,
-                     "rsa_spearman": 0.5 - 0.1 * s + 0.01 * seed, "rsa_p": p, "eval_ood_acc": 0.9 - 0.1 * s,
-                     **{k: np.nan for k in ("recovery_cmds_r2", "probe_r2", "ref_shape_distance",
-                                            "ref_procrustes_distance", "kernel_distance_rho", "attention_similarity")}})
-    return pd.DataFrame(rows)
+def _mantel_rows() -> pd.DataFrame:
+    return pd.DataFrame([_raw_mean_row(s, seed, is_last=True, rsa_spearman=0.5 - 0.1 * s + 0.01 * seed, rsa_p=p,
+                                       eval_ood_acc=0.9 - 0.1 * s) for (s, seed), p in MANTEL_P.items()])
 
 
 def test_ident_table_mantel_shares_count_p_below_0_05_strictly():
