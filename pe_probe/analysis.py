@@ -23,7 +23,7 @@ from .groundtruth import GroundTruth, parse_ground_truth
 from .neighbourhood import default_k, neighbourhood_metrics
 from .probes import probe_r2
 from .procrustes import apply_alignment, procrustes_align, protest
-from .recovery import METHODS, cmds_eigenvalues, cmds_embed, pca_embed, smacof_embed, tied_at_cut, umap_embed
+from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, tied_at_cut, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .spectrum import explained_variance_ratio, participation_ratio
@@ -54,12 +54,12 @@ def as_ground_truth(ground_truth: GroundTruth | np.ndarray | str) -> GroundTruth
     return GroundTruth(coords=coords, spec="array", kind="file", shape=None)
 
 
-def _tie_notes(sv: np.ndarray, pe_sq: np.ndarray, k: int, pe_metric: str, methods: Sequence[str]) -> list[str]:
+def _tie_notes(sv: np.ndarray, cmds_vals: np.ndarray, k: int, pe_metric: str, methods: Sequence[str]) -> list[str]:
     """A note naming the metrics that can change with a rotation or relabelling of the table when the k-dim
     PCA or classical-MDS layout is not unique (k-th and (k+1)-th eigenvalues tied, e.g. a ring's table
     against a line, or a table with symmetric axes)."""
     pca_tied = tied_at_cut(sv ** 2, k)  # euclidean classical MDS has PCA's eigenvalues
-    cmds_tied = pca_tied if pe_metric == "euclidean" else tied_at_cut(cmds_eigenvalues(pe_sq, k + 1), k)
+    cmds_tied = pca_tied if pe_metric == "euclidean" else tied_at_cut(cmds_vals, k)
     affected = ["recovery_pca_r2"] if pca_tied and "pca" in methods else []
     if cmds_tied:
         affected += [f"recovery_{m}_r2" for m in ("cmds", "smacof") if m in methods]
@@ -95,8 +95,9 @@ MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
 MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
 # Below this many resamples the 2.5% and 97.5% percentiles fall between the two most extreme resamples
-# (0.025 (n - 1) < 1): the CI's ends are those extremes, not percentiles (n_boot = 1: a zero-width CI).
-MIN_BOOT_CI = 40
+# (0.025 (n - 1) < 1, that is n <= 40): the CI's ends are set by those extremes, not by percentiles
+# (n_boot = 1: a zero-width CI).
+MIN_BOOT_CI = 41
 
 
 def auto_n_null(n_pairs: int) -> int:
@@ -240,8 +241,8 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     stage("recovery")
     pca_scores, sv = pca_embed(P, k)
     raw: dict[str, np.ndarray] = {}
-    cmds_coords, _ = cmds_embed(pe_sq, k)
-    notes.extend(_tie_notes(sv, pe_sq, k, pe_metric, methods))
+    cmds_coords, cmds_vals = cmds_embed(pe_sq, k, n_eigenvalues=k + 1)  # the (k+1)-th for the tie check
+    notes.extend(_tie_notes(sv, cmds_vals, k, pe_metric, methods))
     if "pca" in methods:
         raw["pca"] = pca_scores
     if "cmds" in methods:

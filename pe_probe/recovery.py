@@ -49,33 +49,30 @@ def _double_centred(square_dist: np.ndarray) -> np.ndarray:
     return -0.5 * (d2 - row[:, None] - row[None, :] + row.mean())
 
 
-def cmds_eigenvalues(square_dist: np.ndarray, m: int) -> np.ndarray:
-    """The m largest eigenvalues of classical MDS's double-centred matrix, descending."""
-    n = square_dist.shape[0]
-    b = _double_centred(square_dist)
-    m = min(m, n)
-    if n > 200 and m < n - 1:
-        vals = eigsh(b, k=m, which="LA", v0=np.ones(n) / np.sqrt(n), tol=1e-10, return_eigenvectors=False)
-    else:
-        vals = eigh(b, subset_by_index=[n - m, n - 1], eigvals_only=True)
-    return np.sort(vals)[::-1]
+def cmds_embed(square_dist: np.ndarray, k: int, *, n_eigenvalues: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Classical MDS: (coordinates (N, k), the top eigenvalues, descending).
 
-
-def cmds_embed(square_dist: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Classical MDS: (coordinates (N, k), the k eigenvalues used, descending)."""
+    The eigenvalues are the k used (at most N - 1), or the top ``n_eigenvalues`` (at most N) when more are
+    asked for: the (k+1)-th tells whether the k-dim layout is unique (`tied_at_cut`), from the same
+    eigendecomposition.
+    """
     n = square_dist.shape[0]
     b = _double_centred(square_dist)
     k_eff = min(k, n - 1)
-    if n > 200 and k_eff < n - 1:
-        vals, vecs = eigsh(b, k=k_eff, which="LA", v0=np.ones(n) / np.sqrt(n), tol=1e-10)
+    m = max(k_eff, min(n_eigenvalues if n_eigenvalues is not None else k_eff, n))
+    if n > 200 and m < n - 1:
+        # A fixed start vector keeps ARPACK deterministic; not the constant vector, which the centring puts in
+        # B's null space (the Krylov space would then grow from rounding error alone).
+        v0 = np.random.default_rng(0).standard_normal(n)
+        vals, vecs = eigsh(b, k=m, which="LA", v0=v0, tol=1e-10)
     else:
-        vals, vecs = eigh(b, subset_by_index=[n - k_eff, n - 1])
+        vals, vecs = eigh(b, subset_by_index=[n - m, n - 1])
     order = np.argsort(vals)[::-1]
-    vals, vecs = vals[order], vecs[:, order]
+    vals, vecs = vals[order], vecs[:, order[:k_eff]]
     # Fix the sign of each axis (largest |entry| positive) so results do not depend on the solver.
     signs = np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(vecs.shape[1])])
     vecs = vecs * np.where(signs == 0, 1, signs)
-    coords = vecs * np.sqrt(np.clip(vals, 0, None))
+    coords = vecs * np.sqrt(np.clip(vals[:k_eff], 0, None))
     if coords.shape[1] < k:
         coords = np.hstack([coords, np.zeros((n, k - coords.shape[1]))])
     return coords, vals
