@@ -389,3 +389,76 @@ def test_a_layout_chosen_inside_a_tie_is_flagged_and_does_move():
     assert not any("tied" in note for note in generic.provenance.get("notes", []))
     cosine = pe_probe.analyze(ring @ ortho_group.rvs(8, random_state=9) + 3, "line:12", pe_metric="cosine", **kw)
     assert any("principal" in note and "recovery_pca_r2" in note for note in cosine.provenance.get("notes", []))  # PCA is of the table
+
+
+def test_a_classical_mds_tie_of_a_non_euclidean_metric_is_flagged_alone():
+    """Directions on a ring with random lengths: their cosine distances are a ring's (the classical-MDS
+    axes are tied), the table's own principal axes are not (the lengths differ). The note names the
+    classical-MDS axes and their metrics, not PCA's."""
+    n = 12
+    angle = 2 * np.pi * np.arange(n) / n
+    radii = np.random.default_rng(3).uniform(0.5, 2.0, n)
+    table = np.column_stack([np.cos(angle), np.sin(angle)]) * radii[:, None]
+    res = pe_probe.analyze(table, "line:12", pe_metric="cosine", n_perm=0, n_boot=0, n_null=0, methods="pca,cmds")
+    tie = [note for note in res.provenance.get("notes", []) if "tied" in note]
+    assert len(tie) == 1 and "classical-MDS axes" in tie[0] and "principal" not in tie[0], tie
+    assert "recovery_cmds_r2" in tie[0] and "recovery_pca_r2" not in tie[0]
+
+
+def test_explained_variance_is_that_of_the_top_k_principal_axes():
+    table = _moderate(G8, 0)
+    m = pe_probe.analyze(table, G8, n_perm=0, n_boot=0, n_null=0, methods="pca").metrics
+    sv = np.linalg.svd(table - table.mean(0), compute_uv=False)
+    assert m["explained_variance"] == pytest.approx(np.sum(sv[:2] ** 2) / np.sum(sv ** 2), abs=1e-12)
+    assert m["gt_dim"] == 2
+
+
+def test_neighbourhood_metrics_are_those_of_the_cosine_mds_layout_under_cosine():
+    """Under --pe-metric cosine the classical-MDS layout is of the cosine distances (not the table's PCA)."""
+    from pe_probe import distances as dist
+    from pe_probe.neighbourhood import neighbourhood_metrics
+    from pe_probe.recovery import cmds_embed, pca_embed
+
+    table = _planted(G8, d=16, noise=0.8) + 1.5
+    m = pe_probe.analyze(table, G8, pe_metric="cosine", methods="pca", n_perm=0, n_boot=0, n_null=0).metrics
+    cm = cmds_embed(dist.square_distances(table, "cosine"), 2)[0]
+    tw, knn = neighbourhood_metrics(cm, G8)
+    assert (m["trustworthiness"], m["knn_overlap"]) == (pytest.approx(tw, abs=1e-12), pytest.approx(knn, abs=1e-12))
+    assert neighbourhood_metrics(pca_embed(table, 2)[0], G8) != pytest.approx((tw, knn), abs=1e-3)  # they differ
+
+
+def test_neighbours_at_half_n_is_an_input_error():
+    """k < N/2 is required; k = N/2 exactly (8 of 16) is refused by analyze's own one-line InputError."""
+    with pytest.raises(InputError, match="must be below N/2 = 8 .* got 8"):
+        pe_probe.analyze(_planted(grid(4, 4).coords, d=8), "grid:4x4", neighbours=8, n_perm=0, n_boot=0, n_null=0)
+    m = pe_probe.analyze(_planted(grid(4, 4).coords, d=8), "grid:4x4", neighbours=7, n_perm=0, n_boot=0, n_null=0)
+    assert m.provenance["analysis"]["neighbours"] == 7
+
+
+def test_four_positions_are_enough():
+    """The documented minimum (4 positions) is accepted, not refused."""
+    table = np.random.default_rng(0).normal(size=(4, 3))
+    res = pe_probe.analyze(table, "line:4", n_perm=0, n_boot=0, n_null=0, methods="pca,cmds")
+    assert res.metrics["n_positions"] == 4 and np.isfinite(res.metrics["rsa_spearman"])
+
+
+def test_resamples_without_a_correlation_are_noted_with_their_count():
+    """N = 4: a resample drawing <= 2 distinct positions has a single distinct pair, so no correlation; that
+    happens with probability (4 + 6 * 14) / 4**4 = 88/256 per resample (4 constant draws; 6 pairs of positions,
+    2**4 - 2 draws using both). The CI is from the others, and a note says how many."""
+    table = np.random.default_rng(0).normal(size=(4, 3))
+    res = pe_probe.analyze(table, "line:4", n_perm=0, n_boot=400, n_null=0, methods="pca")
+    valid = res.provenance["analysis"]["n_boot_valid"]
+    p_ok = 1 - 88 / 256
+    assert abs(valid - 400 * p_ok) < 5 * np.sqrt(400 * p_ok * (1 - p_ok))
+    assert any(f"bootstrap CI from {valid} of 400 resamples" in note for note in res.provenance["notes"])
+
+
+def test_the_few_resamples_note_starts_just_below_min_boot_ci():
+    from pe_probe.analysis import MIN_BOOT_CI
+
+    assert 0.025 * (MIN_BOOT_CI - 2) < 1 <= 0.025 * (MIN_BOOT_CI - 1)  # the last n with 0.025 (n - 1) < 1
+    table = _planted(grid(4, 4).coords, d=8, noise=0.5)
+    for n_boot, noted in ((MIN_BOOT_CI - 1, True), (MIN_BOOT_CI, False)):
+        res = pe_probe.analyze(table, "grid:4x4", n_perm=0, n_boot=n_boot, n_null=0, methods="pca")
+        assert any("bootstrap CI from only" in n for n in res.provenance.get("notes", [])) == noted, n_boot

@@ -175,14 +175,23 @@ def test_tied_at_cut_by_hand():
 
 
 @pytest.mark.parametrize("n", [30, 260])  # LAPACK's subset eigh and ARPACK
-def test_cmds_eigenvalues_are_the_top_of_the_full_spectrum(n):
-    from pe_probe.recovery import cmds_eigenvalues
-
+def test_cmds_extra_eigenvalues_are_the_top_of_the_full_spectrum_and_leave_the_layout_alone(n):
     rng = np.random.default_rng(n)
     d = squareform(pdist(rng.normal(size=(n, 6))))
     c = np.eye(n) - 1 / n
     full = np.sort(np.linalg.eigvalsh(-0.5 * c @ (d ** 2) @ c))[::-1]
-    np.testing.assert_allclose(cmds_eigenvalues(d, 3), full[:3], rtol=1e-8)
+    coords, vals = cmds_embed(d, 2, n_eigenvalues=3)
+    np.testing.assert_allclose(vals, full[:3], rtol=1e-8)
+    alone, vals2 = cmds_embed(d, 2)
+    np.testing.assert_allclose(vals2, full[:2], rtol=1e-8)
+    np.testing.assert_allclose(coords, alone, atol=1e-8)
+
+
+def test_cmds_eigenvalue_count_is_capped_by_the_number_of_points():
+    d = squareform(pdist(np.random.default_rng(1).normal(size=(4, 3))))
+    coords, vals = cmds_embed(d, 5, n_eigenvalues=6)
+    assert coords.shape == (4, 5) and len(vals) == 4  # 3 axes + the zero of the centring
+    assert abs(vals[-1]) < 1e-10 and np.all(coords[:, 3:] == 0)
 
 
 def test_guttman_step_matches_the_numpy_transform_and_the_raw_stress_over_pairs_i_lt_j():
@@ -201,3 +210,63 @@ def test_guttman_step_matches_the_numpy_transform_and_the_raw_stress_over_pairs_
     np.fill_diagonal(B, 0.0)
     np.fill_diagonal(B, -B.sum(1))
     np.testing.assert_allclose(out, B @ x / n, atol=1e-12)
+
+
+def test_tied_at_cut_does_not_depend_on_the_units_of_the_eigenvalues():
+    """Ties are relative to the largest eigenvalue (a table in other units has the same ties)."""
+    from pe_probe.recovery import tied_at_cut
+
+    tied, distinct = np.array([4.0, 4.0 * (1 - 1e-9), 1.0]), np.array([4.0, 3.0, 1.0])
+    for c in (1e-8, 1.0, 1e8):
+        assert tied_at_cut(c * tied, 1), c
+        assert not tied_at_cut(c * distinct, 1), c
+
+
+def test_cmds_eigenvalues_of_a_non_euclidean_matrix_are_the_largest_not_the_largest_in_magnitude():
+    """Cosine distances of rows in 3 dims, N > 200 (ARPACK): B has 3 positive eigenvalues, then ~0, and large
+    negative ones; the top-4 are the 4 algebraically largest (the 4th ~0), as a full eigendecomposition says."""
+    x = np.random.default_rng(0).normal(size=(260, 3))
+    sq = dist.square_distances(x, "cosine")
+    full = np.sort(np.linalg.eigvalsh(-0.5 * (np.eye(260) - 1 / 260) @ (sq ** 2) @ (np.eye(260) - 1 / 260)))[::-1]
+    assert full[-1] < -1.0  # strongly non-Euclidean: negative eigenvalues larger than the 4th
+    coords, vals = cmds_embed(sq, 3, n_eigenvalues=4)
+    np.testing.assert_allclose(vals, full[:4], rtol=1e-8, atol=1e-8 * full[0])
+    ref, _ = _cmds_brute(sq, 3)
+    np.testing.assert_allclose(_match_signs(coords, ref), ref, atol=1e-8 * np.abs(ref).max())
+
+
+def test_cmds_axes_with_negative_eigenvalues_are_zero():
+    """Negative eigenvalues are clipped at 0 (module docstring): with k = N - 1 on a non-Euclidean matrix the
+    layout's Gram matrix is the positive part of B, V max(lam, 0) V^T, from a full eigendecomposition."""
+    sq = dist.square_distances(np.random.default_rng(2).normal(size=(30, 5)), "cosine")
+    coords, vals = cmds_embed(sq, 29)
+    ref, ref_vals = _cmds_brute(sq, 29)
+    assert (ref_vals < -1e-6).any()
+    assert np.all(coords[:, ref_vals < -1e-9 * ref_vals[0]] == 0)  # clearly negative (not ~0 by rounding)
+    np.testing.assert_allclose(coords @ coords.T, ref @ ref.T, atol=1e-9 * np.abs(ref @ ref.T).max())
+
+
+@pytest.mark.parametrize("c", [1e-3, 1e3])
+def test_smacof_does_not_depend_on_the_units_of_the_distances(c):
+    """The stopping rule is relative (stress decrease below eps of the stress): scaling the distances and the
+    start by c scales the result by c and takes the same number of iterations."""
+    rng = np.random.default_rng(0)
+    g = grid(6, 6).coords
+    table = np.tanh(g @ rng.normal(size=(2, 16)) / 3) + 0.1 * rng.normal(size=(36, 16))
+    sq = dist.square_distances(table, "cosine")
+    init, _ = cmds_embed(sq, 2)
+    x1, it1 = smacof_embed(sq, init)
+    xc, itc = smacof_embed(c * sq, c * init)
+    assert itc == it1 and 2 < it1 < 300
+    np.testing.assert_allclose(xc, c * x1, rtol=1e-9, atol=1e-12 * c)
+
+
+def test_cmds_of_exact_integer_distances_on_many_points():
+    """N > 200 (ARPACK) with distances whose double-centred matrix sends the constant vector to exactly 0: a
+    constant start vector would be "zero" to ARPACK (error -9) where a full eigendecomposition works."""
+    square = squareform(pdist(grid(16, 16).coords, "cityblock"))
+    coords, vals = cmds_embed(square, 3)
+    ref, ref_vals = _cmds_brute(square, 4)
+    assert ref_vals[2] - ref_vals[3] > 1e-3 * ref_vals[0]  # the top 3 axes are unique together
+    np.testing.assert_allclose(vals, ref_vals[:3], rtol=1e-8)
+    np.testing.assert_allclose(coords @ coords.T, ref[:, :3] @ ref[:, :3].T, atol=1e-6 * ref_vals[0])
