@@ -217,3 +217,22 @@ def test_a_view_of_a_checkpoint_without_a_table_names_the_file(checkpoints):
     with pytest.raises(InputError, match="records no PE table") as e:
         pe_probe.analyze_view(checkpoints["rope"], "kernel", **FAST)
     assert str(e.value).startswith(f"{checkpoints['rope']}: ")
+
+
+def test_integer_limits_are_inclusive_and_tensor_size_limit_is_half_the_memory():
+    from pe_probe.validation import check_positive_int, check_tensor_bytes
+
+    assert check_positive_int(7, "n", maximum=7) == 7
+    with pytest.raises(InputError, match="n must be <= 7, got 8"):
+        check_positive_int(8, "n", maximum=7)
+    check_tensor_bytes((1000, 2), "t", memory=2 * 1000 * 2 * 8)  # needs exactly half: accepted
+    with pytest.raises(InputError, match="more than half"):
+        check_tensor_bytes((1001, 2), "t", memory=2 * 1000 * 2 * 8)
+
+
+@pytest.mark.parametrize("extra", [1, 2])
+def test_a_table_with_one_or_two_extra_rows_names_drop_extra_tokens(table, extra):
+    """CLS (1) or CLS + distillation (2) rows ahead of the positions: the error names the fix for both."""
+    tall = np.vstack([np.zeros((extra, table.shape[1])), table])
+    with pytest.raises(InputError, match=f"pass --drop-extra-tokens {extra}"):
+        pe_probe.analyze(tall, grid(4, 4), **FAST)

@@ -162,3 +162,19 @@ def test_random_tables_that_all_give_one_rsa_are_read_as_no_spread():
     assert "all give 0.66, without spread" in text and "standard deviations" not in text
     metrics["null_rsa_sd"] = 0.01
     assert "standard deviations" in {n: t for n, _, t in readings(metrics, prov)}["RSA (Spearman ρ)"]
+
+
+def test_shape_distance_chance_level_leaves_out_tables_without_a_shape(rng):
+    """A drawn table with no spread (all rows equal) has no shape distance (NaN); the chance level is the mean and
+    sd of the others, as `shape_distance` gives them, not NaN."""
+    from pe_probe.reference import shape_distance
+
+    P = rng.normal(size=(N, 4))
+    ref = rng.normal(size=(N, 4))
+    drawn = [np.zeros((N, 4)), rng.normal(size=(N, 4)), rng.normal(size=(N, 4))]
+    tables = iter([t.copy() for t in drawn])
+    res = analyze(P, "grid:4x4", n_null=3, reference=ref, chance=ChanceModel("test", "", lambda _rng: next(tables)),
+                  **FAST)
+    expected = [shape_distance(t, ref) for t in drawn[1:]]
+    assert res.metrics["null_ref_shape_distance_mean"] == pytest.approx(np.mean(expected), abs=1e-12)
+    assert res.metrics["null_ref_shape_distance_sd"] == pytest.approx(np.std(expected, ddof=1), abs=1e-12)

@@ -115,3 +115,40 @@ def test_merge_near_ties_keeps_distinct_values():
     w = np.array([1.0, 1.0 + 1e-13, 2.0, 1.0 - 1e-13, 3.0])
     out = dist.merge_near_ties(w)
     assert out[0] == out[1] == out[3] and out[2] == 2.0 and out[4] == 3.0
+
+
+def test_angular_distances_stay_within_their_range_for_parallel_and_opposite_rows():
+    """1 - u.v rounds to a few ulps outside [0, 2] for (anti)parallel rows; the distances are clipped into it."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(50, 7))
+    x = np.vstack([base, base * rng.uniform(0.1, 10, size=(50, 1)), -base * rng.uniform(0.1, 10, size=(50, 1))])
+    for metric in ("cosine", "correlation"):
+        sq = dist.square_distances(x, metric)
+        assert sq.min() >= 0.0 and sq.max() <= 2.0, metric
+
+
+def test_euclidean_rows_chunks_and_batches_refine_the_right_pairs():
+    """The near-duplicate refinement runs in row chunks and pair batches (1024 / 65536 by default, so only very
+    large tables use more than one): with tiny chunks and batches each refined pair still lands in its place."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 7)) * 50 + 100
+    for a, b in [(5, 30), (21, 2), (37, 12), (33, 34)]:  # near-duplicates in several chunks
+        x[a] = x[b] + 1e-9 * rng.normal(size=7)
+    xc = x - x.mean(axis=0)
+    ref = squareform(pdist(x))
+    got = np.vstack([dist.euclidean_rows(xc, s, min(s + 16, 40), chunk=4, batch=1) for s in range(0, 40, 16)])
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
+    assert np.all(got[~np.eye(40, dtype=bool)] > 0)
+
+
+@pytest.mark.parametrize("scale,shift", [(1e6 / 3, 5.3), (np.pi * 1e7, -2.0)])
+def test_merge_near_ties_is_relative_to_the_values_size(scale, shift):
+    """Large units: rounding splits ties by much more than 1e-11 absolutely; the tolerance scales with them."""
+    g = grid(8, 8).coords
+    exact = pdist(g)
+    d = dist.pairwise(g * scale + shift)
+    assert len(np.unique(d)) > len(np.unique(exact))  # ties broken by rounding before merging
+    merged = dist.merge_near_ties(d)
+    _, inv_m = np.unique(merged, return_inverse=True)
+    _, inv_e = np.unique(exact, return_inverse=True)
+    np.testing.assert_array_equal(inv_m, inv_e)

@@ -254,3 +254,41 @@ def test_spectrum_by_hand():
         assert participation_ratio(scale * sv) == pytest.approx(participation_ratio(sv), rel=1e-12)
         np.testing.assert_allclose(explained_variance_ratio(scale * sv), explained_variance_ratio(sv), rtol=1e-12)
     assert participation_ratio(np.zeros(3)) == 0.0
+
+
+def test_probe_r2_fold_rule_at_fifty_positions():
+    """'Leave-one-out below 50 positions, else shuffled 5-fold': N = 50 uses the 5-fold split."""
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=(50, 2))
+    x = np.hstack([g, rng.normal(size=(50, 3))]) + 0.3 * rng.normal(size=(50, 5))
+    pred = np.empty_like(g)
+    for test in np.array_split(np.random.default_rng(11).permutation(50), 5):
+        tr = np.setdiff1d(np.arange(50), test)
+        xs = x / np.sqrt(np.mean((x[tr] - x[tr].mean(0)) ** 2))
+        coef, b = _ridge_gcv_reference(xs[tr], g[tr], np.logspace(-4, 4, 17))
+        pred[test] = xs[test] @ coef + b
+    ref = np.mean(1 - ((g - pred) ** 2).sum(0) / ((g - g.mean(0)) ** 2).sum(0))
+    assert probe_r2(x, g, seed=11) == pytest.approx(ref, abs=1e-10)
+
+
+def test_probe_ignores_a_constant_ground_truth_axis():
+    """grid:HxWx1 has an axis with no variance: its R^2 is undefined and left out of the mean (it also has no
+    weight in the penalty search), so the probe equals that of the other axes."""
+    rng = np.random.default_rng(0)
+    g = grid(5, 6).coords
+    x = g @ rng.normal(size=(2, 8)) + 0.5 * rng.normal(size=(30, 8))
+    flat = np.column_stack([g, np.full(30, 3.0)])
+    r = probe_r2(x, flat)
+    assert np.isfinite(r) and r == pytest.approx(probe_r2(x, g), abs=1e-12)
+
+
+@pytest.mark.parametrize("offset", [1e6, 1e8])
+def test_metrics_do_not_change_when_the_embedding_is_far_from_the_origin(offset):
+    """Tie tolerance and Gram distances are taken on the centred embedding: a large translation (an
+    embedding in raw table units, an un-centred layout) changes nothing."""
+    rng = np.random.default_rng(0)
+    g = grid(5, 6).coords
+    emb = g @ rng.normal(size=(2, 2)) + 0.4 * rng.normal(size=(30, 2))
+    ref = neighbourhood_metrics(emb, g)
+    assert neighbourhood_metrics(emb + offset, g) == pytest.approx(ref, abs=1e-12)
+    assert ref == pytest.approx(_brute(emb, g, default_k(30)), abs=1e-12)

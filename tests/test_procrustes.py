@@ -135,3 +135,16 @@ def test_exact_protest_counts_the_square_symmetries_equal_up_to_rounding():
         rot = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
         p, _ = protest(g @ rot * np.e + rng.normal(size=2), g, perms=perms, exact=True)
         assert p == pytest.approx(8 / 24, abs=1e-15), (seed, p)
+
+
+def test_protest_null_without_reflections_is_procrustes_r2_for_every_relabelling_k1():
+    """k = 1 with reflections forbidden: a relabelling whose best fit needs a mirror has r2 = 0 (scale 0), in the
+    null as in `procrustes_align`; counting it as trace^2 inflates the p-value."""
+    rng = np.random.default_rng(4)
+    coords = rng.normal(size=(15, 1))
+    emb = coords + 0.5 * rng.normal(size=(15, 1))
+    perms = np.argsort(rng.random((60, 15)), axis=1)
+    _, null = protest(emb, coords, perms=perms, allow_reflection=False)
+    ref = [procrustes_align(emb, coords[p], allow_reflection=False).r2 for p in perms]
+    np.testing.assert_allclose(null, ref, atol=1e-10)
+    assert (np.array(ref) == 0).any()  # some relabellings would need a mirror

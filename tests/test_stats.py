@@ -230,3 +230,35 @@ def test_exact_mantel_counts_relabellings_equal_up_to_rounding(method):
         table = g @ ortho_group.rvs(4, random_state=seed)[:1] * np.pi + np.random.default_rng(seed).normal(size=4)
         res = stats.mantel(pdist(table), pdist(g), method=method, n_perm=1000)
         assert res.p_value == pytest.approx(2 / 120, abs=1e-15), (seed, res.p_value)
+
+
+def test_mantel_is_exact_when_n_factorial_equals_n_perm():
+    """The docstring: "When N! <= n_perm every relabelling is enumerated" -- equality included (4! = 24)."""
+    assert stats.all_permutations(4, 24) is not None and len(stats.all_permutations(4, 24)) == 24
+    assert stats.all_permutations(4, 23) is None
+    rng = np.random.default_rng(3)
+    gt = pdist(line(4).coords)
+    pe = pdist(rng.normal(size=(4, 3)))
+    res = stats.mantel(pe, gt, n_perm=24)
+    assert res.exact and res.n_perm == 24
+    obs = sst.spearmanr(pe, gt).statistic
+    null = [sst.spearmanr(pe, _permuted(gt, list(p))).statistic for p in itertools.permutations(range(4))]
+    assert res.p_value == pytest.approx(sum(x >= obs - 1e-9 for x in null) / 24, abs=1e-15)
+
+
+def test_bootstrap_ci_leaves_out_resamples_without_a_correlation():
+    """N = 4: a resample that draws <= 2 distinct positions has one distinct pair (a constant), so no Spearman
+    (NaN, as scipy says). The CI is the percentile interval of the other resamples, not NaN."""
+    import warnings
+
+    pe, gt = _grid_pair(2, 2, seed=3)
+    counts = _counts(4, 200, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns on the constant inputs
+        ref = np.array([_resample_spearman(squareform(pe), squareform(gt), c) for c in counts])
+    assert 0 < np.isnan(ref).sum() < len(ref)  # some resamples have no correlation
+    res = stats.bootstrap_rsa(pe, gt, n_boot=200, seed=2)
+    np.testing.assert_allclose(res.samples, ref, atol=1e-10)  # NaN where scipy gives NaN
+    good = ref[np.isfinite(ref)]
+    assert res.low == pytest.approx(np.quantile(good, 0.025), abs=1e-10)
+    assert res.high == pytest.approx(np.quantile(good, 0.975), abs=1e-10)

@@ -378,3 +378,44 @@ def test_ties_above_the_exact_limit_raise_the_smallest_reachable_p():
     assert smallest_exact_p(9, x, y) == pytest.approx(math.factorial(8) / math.factorial(9))
     sentence = correlation_sentence({"x": "noise", "y": "rsa", "spearman_rho": 0.6, "p_value": 0.01, "n": 9}, x, y)
     assert "too few points" in sentence and "tied values" in sentence
+
+
+def test_run_folder_without_last_pt_stands_for_its_latest_step(tmp_path):
+    a, b = _run_folder(tmp_path / "a"), _run_folder(tmp_path / "b")
+    (a / "last.pt").unlink()
+    srcs, traj = expand_sources([a, b])
+    assert not traj and srcs[0].path == a / "checkpoints" / "step-00000400.pt" and srcs[1].path == b / "last.pt"
+
+
+def test_trajectory_steps_are_in_numeric_order_without_zero_padding(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for s in (1000, 900, 20, 3):
+        (run / "checkpoints" / f"step-{s}.pt").write_bytes(b"")
+    srcs, traj = expand_sources([run])
+    assert traj and [s.path.name for s in srcs] == ["step-3.pt", "step-20.pt", "step-900.pt", "step-1000.pt"]
+
+
+def test_sources_with_the_same_name_get_labels_from_their_paths(tmp_path):
+    for d in ("x", "y"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "table.npy").write_bytes(b"")
+    srcs, _ = expand_sources([tmp_path / "x" / "table.npy", tmp_path / "y" / "table.npy"])
+    labels = [s.label for s in srcs]
+    assert len(set(labels)) == 2 and all("table.npy" in label for label in labels)
+
+
+def test_a_config_key_named_like_a_column_does_not_overwrite_it(tmp_path):
+    from pe_probe.compare import _Source, result_row
+
+    res = _Result({})
+    res.provenance["config"] = {"rsa_spearman": "cfg", "step": 7, "seed": 1}
+    row = result_row(res, _Source(tmp_path / "a.pt", "a"))
+    assert row["rsa_spearman"] == 0.5 and row["config.rsa_spearman"] == "cfg"
+    assert row["step"] is None and row["config.step"] == 7 and row["seed"] == 1
+
+
+def test_trajectory_shows_the_classical_mds_layout_first(tmp_path, analyze_source_available):
+    run = _run_folder(tmp_path, n_steps=2)
+    compare([run], tmp_path / "traj", analyze_kwargs=FAST, progress=False, formats=("png",))  # methods pca, cmds
+    assert "Recovered layout over training (cmds)" in (tmp_path / "traj" / "trajectory.html").read_text()
