@@ -12,7 +12,6 @@ about a minute a run, about 15 minutes with --workers 2). Runs resume; a finishe
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from pathlib import Path
 
@@ -23,12 +22,12 @@ from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, add_scale_arguments,
-                                   analyse_sweep, at_chance_criteria, chance_summary, claim_levels, compare,
-                                   conditions, deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, analyse_sweep,
+                                   at_chance_criteria, chance_summary, claim_levels, compare, conditions,
+                                   deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
                                    markdown_table, n_clipped, regenerate_lines, report_main, run_sweep, same_direction,
-                                   sigma_figure, summarise, t_value, table_provenance, verdict_level, write_json,
-                                   write_layers)
+                                   scale_parser, sigma_figure, summarise, t_value, table_provenance, verdict_level,
+                                   write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]
@@ -90,10 +89,7 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
 
 def parser() -> OneLineArgumentParser:
     """The report's command-line options."""
-    p = OneLineArgumentParser(prog="python -m analyses.brain.report", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_scale_arguments(p, SCALES, "pilot (quick preset, default) or standard (d_model 72, 100 epochs)", "brain")
-    return p
+    return scale_parser("brain", __doc__, SCALES, "pilot (quick preset, default) or standard (d_model 72, 100 epochs)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ linear_baseline.json and figures/.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,10 @@ import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, add_scale_arguments, analyse_sweep,
-                                   at_chance_criteria, claim_levels, conditions, deterministic_labels, layer_levels,
-                                   layer_section, level_criteria, markdown_table, n_clipped, regenerate_lines,
-                                   report_main, run_sweep, sigma_figure, summarise, t_value, write_json, write_layers)
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, analyse_sweep, at_chance_criteria, claim_levels,
+                                   conditions, deterministic_labels, layer_levels, layer_section, level_criteria,
+                                   markdown_table, n_clipped, regenerate_lines, report_main, run_sweep, scale_parser,
+                                   sigma_figure, summarise, t_value, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -153,11 +152,8 @@ def linear_baseline(cfg) -> dict[str, object]:
 
 def parser() -> OneLineArgumentParser:
     """The report's command-line options."""
-    p = OneLineArgumentParser(prog="python -m analyses.netsim.report", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_scale_arguments(p, SCALES, "pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on "
-                        "8,000 windows, 4 seeds)", "netsim")
-    return p
+    return scale_parser("netsim", __doc__, SCALES, "pilot (quick preset, 2 seeds, default) or standard (d_model 64, 30 epochs on "
+                        "8,000 windows, 4 seeds)")
 
 
 def main(argv: list[str] | None = None) -> int:

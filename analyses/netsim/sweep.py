@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import shlex
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pandas as pd
 
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 from pe_probe.report.style import OKABE_ITO
 
 if TYPE_CHECKING:  # trainers imports torch: loaded where a function needs it
@@ -48,8 +50,11 @@ class Plan:
     runs_text: str  # --runs as the README shows it
 
 
-def add_scale_arguments(p: Any, scales: dict[str, Scale], scale_help: str, task: str) -> None:
-    """The options every report with scales takes: --scale, --workers, --runs, --out, --force, --no-train."""
+def scale_parser(task: str, doc: str | None, scales: dict[str, Scale], scale_help: str) -> OneLineArgumentParser:
+    """The command line of ``python -m analyses.<task>.report`` (one-line usage errors, exit 2): the options
+    every report with scales takes, --scale, --workers, --runs, --out, --force and --no-train."""
+    p = OneLineArgumentParser(prog=f"python -m analyses.{task}.report", description=doc,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", default="pilot", choices=list(scales), help=scale_help)
     p.add_argument("--workers", type=int, default=1, help="runs trained at a time, one CPU core each (default 1)")
     p.add_argument("--runs", default=None, help=f"run folders (missing or unfinished runs are trained; default "
@@ -59,6 +64,7 @@ def add_scale_arguments(p: Any, scales: dict[str, Scale], scale_help: str, task:
     p.add_argument("--force", action="store_true", help="replace an existing --out folder not written by pe-probe")
     p.add_argument("--no-train", action="store_true", help="only rebuild the report from finished runs: refuse, "
                    "before writing anything, if any run of the sweep is missing or unfinished in --runs")
+    return p
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -70,7 +76,6 @@ def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Pl
     """`make_plan`, checked: a bad --workers, a --runs that is a file, or an --out that may not be written
     (`check_out_dir`; it may never be or hold --runs, trained or not) is a usage error of ``p`` (one line, exit 2), raised
     before anything is written."""
-    from pe_probe.errors import InputError
     from pe_probe.output import check_out_dir
 
     if args.workers < 1:
@@ -165,8 +170,6 @@ def report_main(p: Any, argv: list[str] | None, task: str, scales: dict[str, Sca
     """A report's command (netsim, brain): parse ``argv`` with ``p``, check every input (one-line usage errors,
     exit 2, nothing written), then ``build(plan, conds, workers, force)`` trains the sweep and writes the
     report; an `InputError` it raises before writing (e.g. no HCP data) is a usage error too."""
-    from pe_probe.errors import InputError, first_line
-
     args = p.parse_args(argv)
     plan = resolve_scale(p, args, scales, root)
     seeds = list(plan.scale.seeds)
