@@ -227,8 +227,11 @@ def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
         if stored != shape:
             raise InputError(f"{path}: its config (d_model {m.d_model}, mlp_ratio {m.mlp_ratio}) implies {name} of "
                              f"shape {shape}, the weights hold {stored or 'none'}; {_EDITED}")
-    if len(blocks) != m.n_layers or (blocks and max(blocks) != m.n_layers - 1):  # no set(range(n)): n may be 10^12
+    if len(blocks) != m.n_layers:
         raise InputError(f"{path}: its config says {m.n_layers} layers, the weights hold {len(blocks)} blocks; {_EDITED}")
+    if blocks and max(blocks) != m.n_layers - 1:  # as many blocks, so one is numbered past n - 1 (n may be 10^12)
+        raise InputError(f"{path}: its config says {m.n_layers} layers (blocks 0 to {m.n_layers - 1}), the weights "
+                         f"hold block {max(blocks)}; {_EDITED}")
     check_finite_weights(state, path)  # every reader of a checkpoint's model (LST, netsim, brain) comes here
 
 

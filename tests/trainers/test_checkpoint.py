@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
 from pe_probe.errors import InputError
-from trainers.checkpoint import CONTRACT_KEYS, FORMAT, CheckpointRefused, load_checkpoint
+from pe_probe.groundtruth import grid
+from trainers.checkpoint import (
+    CONTRACT_KEYS,
+    FORMAT,
+    CheckpointRefused,
+    load_checkpoint,
+    make_payload,
+    save_checkpoint,
+)
+from trainers.config import ModelConfig, PEConfig
+from trainers.model import PETransformer
 
 
 class _RunsCode:  # a pickle that would call os.system if unpickled without weights_only
@@ -45,3 +56,29 @@ def test_the_missing_keys_are_all_named(tmp_path):
     with pytest.raises(CheckpointRefused) as e:
         load_checkpoint(path)
     assert e.value.reason == f"lacks key(s) {', '.join(CONTRACT_KEYS[2:])}"
+
+
+def _tiny_payload(gt):
+    model = PETransformer(ModelConfig(d_model=16, n_layers=1, n_heads=2), PEConfig(), torch.as_tensor(gt.coords))
+    return make_payload(model, {}, gt, step=1, epoch=1, metrics={})
+
+
+def test_a_checkpoint_without_its_pe_params_is_refused(tmp_path):
+    """Kills: "pe_params" dropped from CONTRACT_KEYS (test_the_missing_keys_are_all_named reads the constant)."""
+    path = tmp_path / "c.pt"
+    payload = _tiny_payload(grid(4, 4))
+    save_checkpoint(payload, path)
+    assert load_checkpoint(path)["pe_params"] == ["pe.table"]
+    del payload["pe_params"]
+    save_checkpoint(payload, path)
+    with pytest.raises(CheckpointRefused, match="lacks key.*pe_params"):
+        load_checkpoint(path)
+
+
+def test_the_ground_truth_coordinates_are_stored_exactly():
+    """Kills: coords stored as float32 (a random layout's positions would be rounded)."""
+    from trainers.tasks.netsim import node_layout
+
+    gt = node_layout("random", 16, 2, seed=3)  # non-integer positions, float64
+    stored = _tiny_payload(gt)["ground_truth"]["coords"]
+    assert stored.dtype == torch.float64 and np.array_equal(stored.numpy(), gt.coords)

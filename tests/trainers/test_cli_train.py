@@ -361,3 +361,28 @@ def test_the_pe_dimension_check_waits_for_a_coordinate_file_and_a_valid_dim(tmp_
     assert cfg.pe.kind == "sin3d"
     with pytest.raises(InputError, match=r"--dim must be 2 or 3, got 4"):
         make_masked_config("netsim", "quick", {"data.dim": 4, "pe.kind": "sin2d"})
+
+
+def test_the_documented_pe_init_defaults_are_the_configs(capsys):
+    """Kills: PEConfig default init / init_std changed (the --help text says normal / 0.1)."""
+    from trainers.config import BrainDataConfig, NetsimDataConfig
+
+    with pytest.raises(SystemExit):
+        train_parser().parse_args(["lst", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: normal)" in text and "(default: 0.1)" in text
+    cfg = cfg_of([])
+    assert (cfg.pe.init, cfg.pe.init_std) == ("normal", 0.1)
+    # the study's held-out test masks 90% of the tokens (README: "--mask-ood masked: 90% by default")
+    assert NetsimDataConfig().mask_ood == BrainDataConfig().mask_ood == 0.9
+
+
+@pytest.mark.parametrize("section", [None, "pe"])
+def test_a_config_with_an_unknown_key_is_refused_naming_it(section):
+    """Kills: the unknown-key check of _from_dict removed (an AttributeError instead of a one-line InputError)."""
+    from trainers.config import TrainConfig
+
+    d = cfg_of([]).to_dict()
+    (d if section is None else d[section])["sigma"] = 2.0  # a typo for pe.init_std
+    with pytest.raises(InputError, match=r"unknown key\(s\) sigma"):
+        TrainConfig.from_dict(d)

@@ -653,3 +653,39 @@ def grads_outside_param_layout(device: str, compile: bool, bf16: bool) -> list[s
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
 def test_group_gradients_arrive_in_the_parameters_layout(compile):
     assert grads_outside_param_layout("cpu", compile, bf16=False) == []
+
+
+def test_the_returned_metrics_are_each_members_own_in_order(tmp_path):
+    """Kills: a job's member metrics assigned to the wrong members in train_ensemble's result list."""
+    cfgs = [tiny(seed=s, **{"optim.epochs": 1}) for s in (0, 1, 2)]
+    outs = [tmp_path / str(s) for s in range(3)]
+    res = train_ensemble(cfgs, outs, log=quiet, workers=1)  # one group of 3
+    assert res == [load_checkpoint(o / "last.pt")["metrics"] for o in outs]
+    assert res[0] != res[2]  # not vacuous: the members' metrics differ
+
+
+def test_stacked_sgd_is_torch_sgd_on_each_member():
+    """Kills: per-member lr misassigned, weight decay dropped, or one member's momentum used for all (SGD path)."""
+    from trainers.ensemble import Stack, StackedOptimizer
+
+    hyper = [(3e-2, 0.0, 0.9), (1e-2, 0.1, 0.5), (2e-2, 0.01, 0.0)]  # (lr, weight decay, momentum)
+    models = []
+    for s in range(3):
+        torch.manual_seed(s)
+        models.append(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)))
+    cfgs = [tiny(**{"optim.name": "sgd", "optim.lr": lr, "optim.weight_decay": wd, "optim.momentum": mo})
+            for lr, wd, mo in hyper]
+    stack = Stack.of(models)
+    opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
+    solos = [torch.optim.SGD(m.parameters(), lr=lr, momentum=mo, weight_decay=wd) for m, (lr, wd, mo) in zip(models, hyper)]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        grads = {name: torch.randn(p.shape, generator=g) for name, p in stack.params.items()}
+        opt.step(grads)
+        for k, (m, solo) in enumerate(zip(models, solos)):
+            for name, p in m.named_parameters():
+                p.grad = grads[name][k].clone()
+            solo.step()
+    for k, m in enumerate(models):
+        for name, p in m.named_parameters():
+            torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)

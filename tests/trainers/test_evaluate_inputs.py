@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import trainers.evaluate
 import trainers.train
@@ -12,7 +13,7 @@ from pe_probe.errors import InputError
 from pe_probe.groundtruth import grid
 from trainers.checkpoint import make_payload, save_checkpoint
 from trainers.config import MAX_N_PER_LEVEL, MAX_OOD_PER_LEVEL, make_config, validate
-from trainers.evaluate import evaluate_checkpoint, model_from_checkpoint
+from trainers.evaluate import Split, evaluate_checkpoint, model_from_checkpoint, split_metrics
 from trainers.model import PETransformer
 
 torch.set_num_threads(1)
@@ -142,3 +143,51 @@ def test_a_moved_held_out_file_names_the_run_s_config_and_the_evaluate_fix(tmp_p
     with pytest.raises(InputError, match=r"held-out puzzle file .*moved.csv \(data.ood_puzzles in its config\) is not "
                                          r"found; pass it, or another study-format CSV, with --puzzles FILE"):
         evaluate_checkpoint(_saved(tmp_path, payload))
+
+
+def test_split_metrics_are_means_over_all_puzzles_and_over_each_level():
+    """Kills: per-level accuracy computed over all puzzles; the loss averaged over batches, not puzzles."""
+    g = torch.Generator().manual_seed(0)
+    m = 10
+    logits = torch.randn(m, 4, generator=g)
+    y = torch.randint(0, 4, (m,), generator=g)
+    levels = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+
+    class Lookup(torch.nn.Module):  # the logits of puzzle i, its index written in token 0
+        def forward(self, x):
+            return logits[x[:, 0, 0].long()]
+
+    x = torch.zeros(m, 16, 5)
+    x[:, 0, 0] = torch.arange(m)
+    out = split_metrics(Lookup(), Split(x, y, levels), "ood", batch_size=4)  # batches 4, 4, 2
+    correct = (logits.argmax(1) == y).float()
+    assert out["ood_acc"] == pytest.approx(correct.mean().item())
+    assert out["ood_loss"] == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-6)
+    for i, name in enumerate(("binary", "ternary", "quaternary")):
+        assert out[f"ood_acc_{name}"] == pytest.approx(correct[levels == i].mean().item())
+    assert len({out["ood_acc_binary"], out["ood_acc_ternary"], out["ood_acc_quaternary"]}) > 1  # not vacuous
+
+
+def test_a_checkpoint_missing_a_weight_is_refused():
+    """Kills: load_state_dict(strict=False) (a missing weight would silently keep its random init)."""
+    ckpt = _payload()
+    del ckpt["model"]["head.bias"]
+    with pytest.raises(InputError, match="do not rebuild the model"):
+        model_from_checkpoint(ckpt, "cpu", "last.pt")
+
+
+def test_a_non_finite_vector_weight_is_refused_too():
+    """Kills: the NaN / Inf scan limited to matrices (biases and LayerNorm weights skipped)."""
+    ckpt = _payload()
+    ckpt["model"]["head.bias"][0] = float("nan")
+    with pytest.raises(InputError, match="head.bias holds NaN"):
+        model_from_checkpoint(ckpt, "cpu", "last.pt")
+
+
+def test_renumbered_blocks_are_refused_before_the_model_is_built(monkeypatch):
+    """Kills: the block-numbering check reduced to a count (blocks 0 and 2 for a 2-layer config)."""
+    ckpt = _payload()
+    ckpt["model"] = {k.replace("blocks.1.", "blocks.2."): v for k, v in ckpt["model"].items()}
+    monkeypatch.setattr(trainers.evaluate, "PETransformer", _never)
+    with pytest.raises(InputError, match=r"says 2 layers \(blocks 0 to 1\), the weights hold block 2; was the"):
+        model_from_checkpoint(ckpt, "cpu", "last.pt")

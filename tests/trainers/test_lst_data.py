@@ -28,6 +28,7 @@ from trainers.tasks.lst import (
     solve_count,
     write_puzzle_csv,
 )
+from trainers.tasks.lst_generate import _far_from
 
 RANGES = {"Binary": (6, 11), "Ternary": (5, 11), "Quaternary": (4, 9)}
 
@@ -483,3 +484,30 @@ def test_csv_bad_files(tmp_path):
     p.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(InputError):
         read_puzzle_csv(p)
+
+
+@pytest.mark.parametrize("n", [6, 17])
+def test_each_levels_test_share_is_the_rounded_fraction_the_config_check_counts(n):
+    """Kills: n_test floored instead of rounded (trainers.config.validate counts round(n * test_frac): with
+    n = 6 it accepts the config, a floored split would then hold no test puzzle)."""
+    sp = make_splits(n_per_level=n, test_frac=0.1, n_ood_per_level=2, min_jaccard=0.5, seed=2)
+    assert np.bincount(sp["test"].levels, minlength=3).tolist() == [round(n * 0.1)] * 3
+    assert np.bincount(sp["train"].levels, minlength=3).tolist() == [n - round(n * 0.1)] * 3
+
+
+def test_a_candidate_at_exactly_the_minimum_jaccard_distance_is_kept():
+    """Kills: the OOD filter's ">= min_jaccard" made strict."""
+    a = np.array([[5, 1, 2] + [0] * 13], dtype=np.int8)  # pairs: (0, ?), (1, 1), (2, 2)
+    b = np.array([[5, 0, 0, 3, 4] + [0] * 11], dtype=np.int8)  # pairs: (0, ?), (3, 3), (4, 4)
+    assert jaccard_distance(a, b)[0, 0] == 0.8  # |A & B| = 1, |A | B| = 5
+    excluded = PuzzleSet(b, [1], [0])
+    assert _far_from(a, excluded, 0.8).tolist() == [True]
+    assert _far_from(a, excluded, 0.81).tolist() == [False]
+
+
+def test_make_splits_follows_its_seed():
+    """Kills: make_splits ignoring data.seed."""
+    kw = dict(n_per_level=10, n_ood_per_level=2, min_jaccard=0.5)
+    a, b, c = make_splits(seed=1, **kw), make_splits(seed=1, **kw), make_splits(seed=2, **kw)
+    assert all(np.array_equal(a[k].puzzles, b[k].puzzles) for k in a)
+    assert not np.array_equal(a["train"].puzzles, c["train"].puzzles)

@@ -1,11 +1,14 @@
 """The transformer with every PE variant: shapes, gradients, placement, fixed tables, readout."""
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from trainers.config import ModelConfig, PEConfig
-from trainers.model import PETransformer
-from trainers.pe import PE_KINDS
+from trainers.model import Block, PETransformer, SelfAttention
+from trainers.pe import PE_KINDS, PESpec, build_pe
 
 torch.set_num_threads(1)
 
@@ -276,3 +279,75 @@ def test_attention_in_batch_chunks_equals_one_call(mask):
     m = {"none": None, "shared": torch.randn(1, 1, 16, 16, generator=g), "per-row": torch.randn(7, 2, 16, 16, generator=g)}[mask]
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
     torch.testing.assert_close(sdpa_in_chunks(q, k, v, m, 0.0, max_rows=4), want)  # 2 rows per chunk: 4 chunks
+
+
+def _pe_tables(model):
+    return [t for n, t in model.named_parameters() if n.endswith("pe.table") or n.endswith("offset_table")]
+
+
+@pytest.mark.parametrize("kind,every_layer", [("learned", False), ("learned", True), ("relative", False)])
+def test_the_models_pe_tables_start_with_the_configured_sigma(kind, every_layer):
+    """Kills: PEConfig.init_std not passed on as is (e.g. sigma**2) when the model builds its PEs."""
+    sigma = 2.0
+    cfg = ModelConfig(d_model=256, n_layers=2, n_heads=1, mlp_ratio=1.0)
+    torch.manual_seed(0)
+    model = PETransformer(cfg, PEConfig(kind=kind, every_layer=every_layer, init_std=sigma), coords_for(kind))
+    tables = _pe_tables(model)
+    assert len(tables) == (1 if kind == "learned" and not every_layer else 2)
+    for t in tables:  # standard error of a sample std: sigma / sqrt(2 n); allow 5 of them
+        assert abs(t.std().item() - sigma) < 5 * sigma / math.sqrt(2 * t.numel())
+
+
+def test_the_models_pe_tables_follow_the_configured_init():
+    """Kills: PEConfig.init not passed on (every table drawn normal)."""
+    cfg = ModelConfig(d_model=64, n_layers=2, n_heads=1, mlp_ratio=1.0)
+    torch.manual_seed(0)
+    zeros = PETransformer(cfg, PEConfig(kind="learned", init="zeros", every_layer=True), coords_for("learned"))
+    assert all(t.abs().sum() == 0 for t in _pe_tables(zeros))
+    sigma = 0.5
+    uni = PETransformer(cfg, PEConfig(kind="relative", init="uniform", init_std=sigma), coords_for("relative"))
+    for t in _pe_tables(uni):  # U(-a, a) with a = sigma sqrt(3)
+        assert t.abs().max().item() <= sigma * math.sqrt(3) + 1e-6
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_a_block_is_attention_then_a_gelu_mlp_with_residuals_and_layer_norms(norm):
+    """Kills: GELU replaced by ReLU; the pre-LN attention residual dropped."""
+    cfg = ModelConfig(d_model=24, n_heads=2, mlp_ratio=2.0, norm=norm)
+    torch.manual_seed(11)
+    block = Block(cfg).eval()
+    x = torch.randn(3, 16, 24)
+
+    def mlp(z):  # the study's MLP: Linear, exact GELU, Linear
+        hidden = F.gelu(F.linear(z, block.mlp.fc.weight, block.mlp.fc.bias))
+        return F.linear(hidden, block.mlp.proj.weight, block.mlp.proj.bias)
+
+    with torch.no_grad():
+        if norm == "post":  # x = LN(x + f(x)) around each sublayer
+            h = block.ln1(x + block.attn(x))
+            want = block.ln2(h + mlp(h))
+        else:  # x = x + f(LN(x))
+            h = x + block.attn(block.ln1(x))
+            want = h + mlp(block.ln2(h))
+        torch.testing.assert_close(block(x), want)
+
+
+@pytest.mark.parametrize("kind", ["rope1d", "rope2d", "relative"])
+def test_attention_with_an_attention_pe_is_the_softmax_of_rotated_queries_and_keys_plus_the_bias(kind):
+    """Kills: RoPE rotating (q, q) in SelfAttention (the keys replaced by the queries)."""
+    cfg = ModelConfig(d_model=16, n_heads=2)
+    pe = build_pe(kind, PESpec(16, 2, coords_for(kind), init_std=1.0))
+    torch.manual_seed(12)
+    attn = SelfAttention(cfg, pe).eval()
+    x = torch.randn(3, 16, 16)
+    with torch.no_grad():
+        q, k, v = (t.view(3, 16, 2, 8).transpose(1, 2) for t in attn.qkv(x).split(16, dim=2))
+        bias = pe.attn_bias(q)
+        rq, rk = pe.rotate(q, k)
+        logits = rq @ rk.transpose(-2, -1) / math.sqrt(8)
+        if bias is not None:
+            logits = logits + bias
+        y = (torch.softmax(logits, -1) @ v).transpose(1, 2).reshape(3, 16, 16)
+        want = attn.proj(y)
+        torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(attn(x, query=15), want[:, 15:16], rtol=1e-5, atol=1e-6)

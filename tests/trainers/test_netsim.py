@@ -8,14 +8,15 @@ import time
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from pe_probe.errors import InputError
 from trainers.checkpoint import load_checkpoint
 from trainers.config import MaskedTrainConfig, make_masked_config
 from trainers.evaluate import evaluate_checkpoint
 from trainers.masked_model import MaskedPETransformer, masked_input, masked_mse
-from trainers.tasks.netsim import activity_geometry, build_network, node_layout, simulate_windows
-from trainers.train_masked import random_masks, train_masked
+from trainers.tasks.netsim import activity_geometry, build_network, load_data, node_layout, simulate_windows
+from trainers.train_masked import MaskedSplit, build_splits, n_masked, random_masks, split_mse, train_masked
 
 torch.set_num_threads(1)
 
@@ -216,3 +217,141 @@ def test_netsim_report_sweep_gives_the_same_runs_with_worker_processes(tmp_path)
     for ra, rb in zip(a, b):
         assert ra["test_mse"] == rb["test_mse"] and ra["ood_mse"] == rb["ood_mse"]
     assert a[0]["test_mse"] != a[1]["test_mse"]  # the seeds do differ
+
+
+def test_the_network_has_no_self_connections_and_random_layouts_follow_their_seed():
+    """Kills: the diagonal of the edge mask kept (self-loops); the random layout ignoring data.seed."""
+    assert np.all(np.diag(build_network(node_layout("grid", 16, 2), seed=0).W) == 0)
+    assert not np.allclose(node_layout("random", 16, 2, seed=0).coords, node_layout("random", 16, 2, seed=1).coords)
+
+
+def test_an_unstable_integration_step_is_refused():
+    """Kills: the dt <= 0.2 tau check removed."""
+    with pytest.raises(InputError, match="dt"):
+        tiny(**{"data.dt": 0.5})  # tau 1
+
+
+def test_the_splits_mask_ratios_noise_and_scale():
+    """Kills: ood masked at mask_test; held-out sets not divided by the training std; ood_noise simulated at the
+    training noise."""
+    cfg = tiny()
+    d = load_data(cfg.data)
+    s, scale = d["splits"], d["info"]["scale"]
+    assert {k: r for k, (_, r) in s.items()} == {
+        "train": cfg.data.mask_train, "test": cfg.data.mask_test, "ood": cfg.data.mask_ood,
+        "ood_noise": cfg.data.mask_test, "ood_noise_mask90": cfg.data.mask_ood}
+    assert s["train"][0].std() == pytest.approx(1.0, rel=1e-5)  # the training set defines the scale
+    test_sd = s["test"][0].std()
+    # same dynamics and noise as training: after the common scaling the std is near 1, not near the raw scale
+    assert abs(test_sd - 1.0) < abs(test_sd - scale)
+    # ood_noise doubles the noise: in the near-linear regime the std doubles; require at least 3/4 of that rise
+    assert s["ood_noise"][0].std() > 1.5 * test_sd
+    assert np.array_equal(s["ood"][0], s["test"][0]) and np.array_equal(s["ood_noise_mask90"][0], s["ood_noise"][0])
+
+
+def test_held_out_windows_are_fresh_simulations():
+    """Kills: the test set simulated with the training seed (with n_test == n_train: a copy of the training set)."""
+    s = load_data(tiny(**{"data.n_train": 32, "data.n_test": 32}).data)["splits"]
+    train = {w.tobytes() for w in s["train"][0]}
+    assert not any(w.tobytes() in train for w in s["test"][0])
+
+
+def test_masked_mse_is_the_mean_over_the_masked_tokens_values():
+    """Kills: the mean divided by masked tokens instead of masked values; unmasked tokens counted."""
+    g = torch.Generator().manual_seed(3)
+    x, pred = torch.randn(4, 10, 6, generator=g), torch.randn(4, 10, 6, generator=g)
+    m = random_masks(4, 10, 0.3, g)
+    sel = ((pred - x) ** 2).numpy()[m.numpy()]  # (masked tokens, 6)
+    assert masked_mse(pred, x, m).item() == pytest.approx(sel.mean(), rel=1e-5)
+    assert masked_mse(pred, x, m, reduction="sum").item() == pytest.approx(sel.sum(), rel=1e-5)
+
+
+def test_a_pre_ln_masked_model_ends_with_the_final_layer_norm():
+    """Kills: ln_f skipped in MaskedPETransformer.forward."""
+    cfg = tiny(**{"model.norm": "pre", "pe.kind": "sin2d"})
+    torch.manual_seed(0)
+    model = MaskedPETransformer(cfg.model, cfg.pe, torch.as_tensor(node_layout("grid", 16, 2).coords), 9, 8).eval()
+    with torch.no_grad():
+        model.ln_f.weight.normal_()
+        model.ln_f.bias.normal_()
+        x = torch.randn(3, 16, 9)
+        assert model.pe is None  # the quick preset: a table at every block's input
+        h = model.embed(x)
+        for block in model.blocks:
+            h = block(h)
+        want = model.head(F.layer_norm(h, h.shape[-1:], model.ln_f.weight, model.ln_f.bias))
+        torch.testing.assert_close(model(x), want)
+
+
+def test_masks_hold_between_one_and_n_minus_one_tokens_at_random_places():
+    """Kills: n_masked not clamped to [1, N-1]; masks not random (always the first k tokens)."""
+    assert (n_masked(0.01, 10), n_masked(0.5, 10), n_masked(0.99, 10)) == (1, 5, 9)
+    m = random_masks(200, 10, 0.3, torch.Generator().manual_seed(1))
+    assert (m.sum(1) == 3).all()
+    assert m.any(0).all()  # every token is masked in some example
+    assert len({tuple(r.tolist()) for r in m}) > 1
+
+
+class _Constant(torch.nn.Module):
+    """Predicts ``c`` for every value; input (B, N, T + 1) -> (B, N, T)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, inp):
+        return torch.full_like(inp[..., :-1], self.c)
+
+
+def test_split_mse_and_its_zero_baseline_are_means_over_the_masked_values():
+    """Kills: split_mse counting tokens instead of values; the zero baseline taken over every token."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(50, 10, 6, generator=g)
+    m = random_masks(50, 10, 0.4, g)
+    out = split_mse(_Constant(0.5), MaskedSplit(x, 0.4, m), "ood_noise", batch_size=16)  # batches 16, 16, 16, 2
+    sel = x.numpy()[m.numpy()]
+    assert out["ood_mse_noise"] == pytest.approx(((sel - 0.5) ** 2).mean(), rel=1e-5)
+    assert out["ood_mse_noise_zero"] == pytest.approx((sel ** 2).mean(), rel=1e-5)
+
+
+def test_evaluation_masks_are_fixed_by_the_data_seed_and_differ_per_split():
+    """Kills: the evaluation masks ignoring data.seed."""
+    x = np.random.default_rng(0).normal(size=(20, 10, 4)).astype(np.float32)
+    data = {"splits": {"train": (x, 0.5), "test": (x, 0.5)}}
+    cpu = torch.device("cpu")
+    a, b = build_splits(tiny(), data, cpu), build_splits(tiny(), data, cpu)
+    c = build_splits(tiny(**{"data.seed": 1}), data, cpu)
+    assert all(torch.equal(a[k].mask, b[k].mask) for k in a)
+    assert not torch.equal(a["test"].mask, c["test"].mask)
+    assert not torch.equal(a["train"].mask, a["test"].mask)
+
+
+def test_training_inputs_are_masked_and_the_masks_are_redrawn_every_epoch(tmp_path, monkeypatch):
+    """Kills: the training step feeding unmasked inputs (a leak of the targets); one training mask for all epochs."""
+    import trainers.train_masked as tm
+
+    cfg = tiny(**{"data.n_train": 32, "data.n_test": 8, "eval_every": 2, "ckpt_every": 2})  # 2 epochs
+    inputs, train_masks = [], []
+    real_build, real_masks = tm.build_model, tm.random_masks
+
+    def build(*a, **k):
+        model = real_build(*a, **k)
+        model.register_forward_pre_hook(lambda mod, args: inputs.append(args[0].detach().clone()) if mod.training else None)
+        return model
+
+    def masks(m, n, ratio, generator):
+        out = real_masks(m, n, ratio, generator)
+        if m == cfg.data.n_train and ratio == cfg.data.mask_train:
+            train_masks.append(out)
+        return out
+
+    monkeypatch.setattr(tm, "build_model", build)
+    monkeypatch.setattr(tm, "random_masks", masks)
+    train_masked(cfg, tmp_path / "run", log=lambda s: None)
+    k = n_masked(cfg.data.mask_train, cfg.data.n_nodes)
+    assert inputs
+    for inp in inputs:
+        flags = inp[..., -1]
+        assert (flags.sum(1) == k).all() and (inp[..., :-1][flags.bool()] == 0).all()
+    assert len(train_masks) == 3  # the fixed mask for train_mse, then one draw per epoch
+    assert not torch.equal(train_masks[1], train_masks[2])

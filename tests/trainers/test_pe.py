@@ -135,12 +135,14 @@ def test_relative_bias_depends_on_clipped_offset():
     assert torch.allclose(b2[0, 3], b2[0, 15])  # offsets 3 and 15 both clip to 2
 
 
+@pytest.mark.parametrize("kind", ["learned", "relative"])  # every trainable table: the absolute and the offsets
 @pytest.mark.parametrize("init", ["normal", "uniform"])
 @pytest.mark.parametrize("sigma", [0.1, 2.0])
-def test_learned_table_initial_std_matches_sigma(init, sigma):
+def test_trainable_table_initial_std_matches_sigma(kind, init, sigma):
     torch.manual_seed(5)
     s = PESpec(d_model=1000, n_heads=1, coords=torch.zeros(200, 2), init=init, init_std=sigma)
-    table = build_pe("learned", s).table
+    pe = build_pe(kind, s)
+    table = pe.table if kind == "learned" else pe.offset_table
     assert isinstance(table, torch.nn.Parameter)
     assert table.std().item() == pytest.approx(sigma, rel=0.03)
     assert abs(table.mean().item()) < 0.05 * sigma
@@ -165,3 +167,70 @@ def test_unknown_kind_and_bad_dims_raise_input_error():
         build_pe("rope2d", spec(12, heads=2))  # head dim 6 not divisible by 4
     with pytest.raises(InputError):
         build_pe("learned", spec(8, init="orthogonal"))
+
+
+def _rotate_by_hand(x, angles):
+    """Rotate the pairs (2i, 2i+1) of x (T, hs) by angles (T, hs/2): the RoPE formula in float64 numpy."""
+    x = np.asarray(x, dtype=np.float64)
+    c, s = np.cos(angles), np.sin(angles)
+    out = np.empty_like(x)
+    out[:, 0::2] = x[:, 0::2] * c - x[:, 1::2] * s
+    out[:, 1::2] = x[:, 0::2] * s + x[:, 1::2] * c
+    return out
+
+
+def test_rope1d_rotates_by_the_index_times_the_transformer_frequencies():
+    """Kills: wrong RoPE frequency base (pe.py rotary_angles)."""
+    hs = 8
+    pe = build_pe("rope1d", spec(16, heads=2))  # head dim 8
+    torch.manual_seed(7)
+    q, k = torch.randn(1, 1, 16, hs), torch.randn(1, 1, 16, hs)
+    rq, rk = pe.rotate(q, k)
+    ang = np.arange(16)[:, None] * 10000.0 ** (-np.arange(0, hs, 2) / hs)  # Su et al.: pos * 10000^(-2i/hs)
+    np.testing.assert_allclose(rq[0, 0].numpy(), _rotate_by_hand(q[0, 0], ang), atol=1e-5)
+    np.testing.assert_allclose(rk[0, 0].numpy(), _rotate_by_hand(k[0, 0], ang), atol=1e-5)
+
+
+def test_rope2d_rotates_the_first_half_by_row_and_the_second_half_by_column():
+    """Kills: Rope2D halves swapped; column angles taken from the row coordinate (a 1D RoPE in disguise)."""
+    hs = 8
+    coords = grid_coords().numpy()  # (row, col)
+    pe = build_pe("rope2d", spec(16, heads=2))
+    torch.manual_seed(8)
+    q = torch.randn(1, 1, 16, hs)
+    rq, _ = pe.rotate(q, q.clone())
+    freq = 10000.0 ** (-np.arange(0, hs // 2, 2) / (hs // 2))  # the 1D RoPE frequencies of one half (hs/2 dims)
+    ang = np.concatenate([coords[:, :1] * freq, coords[:, 1:] * freq], axis=1)  # (16, hs/2): row pairs, then column
+    np.testing.assert_allclose(rq[0, 0].numpy(), _rotate_by_hand(q[0, 0], ang), atol=1e-5)
+
+
+def test_relative_bias_is_the_query_dotted_with_its_offset_vector_over_sqrt_hs():
+    """Kills: the 1/sqrt(hs) scale of the relative logit term dropped."""
+    hs, n = 8, 16
+    pe = build_pe("relative", spec(8))  # one head of 8; offsets -15..15, row = offset + 15
+    torch.manual_seed(9)
+    q = torch.randn(2, 1, n, hs)
+    with torch.no_grad():
+        bias = pe.attn_bias(q).numpy()
+    table, qn = pe.offset_table.detach().numpy(), q.numpy()
+    expected = np.empty((2, 1, n, n))
+    for i in range(n):
+        for j in range(n):
+            expected[:, 0, i, j] = qn[:, 0, i] @ table[(j - i) + (n - 1)] / np.sqrt(hs)
+    np.testing.assert_allclose(bias, expected, atol=1e-5)
+
+
+def test_with_a_cls_token_an_additive_pe_skips_it_and_covers_the_grid_tokens():
+    """Kills: the table added to the first N tokens (CLS included, last grid token left out)."""
+    pe = build_pe("learned", spec(16, init_std=1.0))
+    x = torch.randn(2, 17, 16)  # CLS + 16 grid tokens
+    with torch.no_grad():
+        out = pe(x)
+    assert torch.equal(out[:, 0], x[:, 0])
+    torch.testing.assert_close(out[:, 1:], x[:, 1:] + pe.table)
+
+
+def test_rope1d_refuses_an_odd_head_dim():
+    """Kills: the even-head-dim check removed (a raw torch error instead of the InputError)."""
+    with pytest.raises(InputError, match="even head dim"):
+        build_pe("rope1d", spec(6, heads=2))  # head dim 3

@@ -2,15 +2,19 @@
 
 import json
 import re
+from contextlib import nullcontext
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from pe_probe.errors import InputError
 from trainers import train as train_mod
 from trainers.checkpoint import CONTRACT_KEYS, FORMAT, load_checkpoint
 from trainers.config import make_config
 from trainers.evaluate import evaluate_checkpoint
+from trainers.model import PETransformer
+from trainers.tasks.lst import encode, generate
 from trainers.train import train
 
 torch.set_num_threads(1)
@@ -385,3 +389,52 @@ def test_a_run_folder_refusal_survives_a_trip_through_a_worker_process(tmp_path)
     assert type(back) is RunDirRefused and str(back) == str(e)
     assert (back.subject, back.reason, back.fix, back.flag) == (e.subject, e.reason, e.fix, e.flag)
     assert back.differences == (("seed", 7, 8),)
+
+
+def test_each_epoch_visits_every_training_puzzle_once_in_a_new_order(tmp_path, monkeypatch):
+    """Kills: the shuffle seeded by the seed alone (the same order every epoch)."""
+    cfg = tiny_config(**{"optim.epochs": 2, "model.dropout": 0.0, "ckpt_every": 2, "eval_every": 2})
+    batches = []
+    real = train_mod.lst_step
+
+    def spy(step_model, optimizer, x, y, *rest):
+        batches.append(x.detach().clone())
+        return real(step_model, optimizer, x, y, *rest)
+
+    monkeypatch.setattr(train_mod, "lst_step", spy)
+    train(cfg, tmp_path / "run", log=quiet)
+    per_epoch = -(-len_train(cfg) // cfg.optim.batch_size)
+    assert len(batches) == 2 * per_epoch
+    epochs = [torch.cat(batches[i * per_epoch : (i + 1) * per_epoch]) for i in range(2)]
+    train_x = torch.as_tensor(encode(train_mod.load_splits(cfg)["train"])[0])
+    rows = lambda t: sorted(r.numpy().tobytes() for r in t)  # noqa: E731
+    assert rows(epochs[0]) == rows(epochs[1]) == rows(train_x)  # each epoch: the training set, permuted
+    assert not torch.equal(epochs[0], epochs[1])
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_the_optimizer_takes_the_configured_hyperparameters_for_every_parameter(name):
+    """Kills: SGD without the configured momentum (weight decay applies to every parameter, PE tables included,
+    as the ensemble's optimizer does too)."""
+    cfg = tiny_config(**{"optim.name": name, "optim.lr": 0.02, "optim.weight_decay": 0.05, "optim.momentum": 0.7})
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(train_mod.ground_truth("lst").coords))
+    opt = train_mod.make_optimizer(model, cfg)
+    assert isinstance(opt, torch.optim.AdamW if name == "adamw" else torch.optim.SGD)
+    (group,) = opt.param_groups
+    assert group["lr"] == 0.02 and group["weight_decay"] == 0.05
+    assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters()}
+    if name == "sgd":
+        assert group["momentum"] == 0.7
+
+
+def test_a_training_step_reports_the_plain_cross_entropy_of_its_batch():
+    """Kills: a modified training loss (e.g. label smoothing) in lst_step."""
+    cfg = tiny_config(**{"model.dropout": 0.0})
+    torch.manual_seed(0)
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(train_mod.ground_truth("lst").coords))
+    x, y = (torch.as_tensor(a) for a in encode(generate(4, seed=1)))
+    with torch.no_grad():
+        want = F.cross_entropy(model(x), y).item()
+    _, loss = train_mod.lst_step(model, torch.optim.SGD(model.parameters(), lr=0.0), x, y, nullcontext(),
+                                 nullcontext(), lambda: None)
+    assert loss.item() == pytest.approx(want, rel=1e-6)
