@@ -395,24 +395,20 @@ def test_bad_settings_fail_before_any_run_folder_is_written(tmp_path):
     assert not outs[0].exists() and {p: p.read_bytes() for p in outs[1].rglob("*") if p.is_file()} == before
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
-    """Three members with their own lr / weight decay: the stacked step equals torch's fused AdamW (what a
-    solo run uses) per member, to float rounding, with the fused kernel and with the written-out maths."""
-    from trainers.ensemble import Stack, StackedOptimizer
-
-    hyper = [(3e-3, 0.01), (1e-3, 0.01), (3e-3, 0.1)]
+def _small_models(n: int = 3) -> list:
+    """n tiny MLPs with LayerNorm (matrices, vectors), seeded 0..n-1."""
     models = []
-    for s in range(3):
+    for s in range(n):
         torch.manual_seed(s)
         models.append(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)))
-    cfgs = [tiny(**{"optim.lr": lr, "optim.weight_decay": wd}) for lr, wd in hyper]
-    stack = Stack.of(models)
-    opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
-    opt.fused = fused
-    solos = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, fused=True) for m, (lr, wd) in zip(models, hyper)]
+    return models
+
+
+def _assert_stack_steps_like_solos(stack, opt, models, solos, n_steps: int = 4) -> None:
+    """Feed the same random gradients to the stacked optimizer and to each member's torch optimizer, then
+    compare every member's weights."""
     g = torch.Generator().manual_seed(0)
-    for _ in range(4):
+    for _ in range(n_steps):
         grads = {name: torch.randn(p.shape, generator=g) for name, p in stack.params.items()}
         opt.step(grads)
         for k, (m, solo) in enumerate(zip(models, solos)):
@@ -422,6 +418,22 @@ def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
     for k, m in enumerate(models):
         for name, p in m.named_parameters():
             torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_stacked_adamw_is_torch_adamw_on_each_member(fused):
+    """Three members with their own lr / weight decay: the stacked step equals torch's fused AdamW (what a
+    solo run uses) per member, to float rounding, with the fused kernel and with the written-out maths."""
+    from trainers.ensemble import Stack, StackedOptimizer
+
+    hyper = [(3e-3, 0.01), (1e-3, 0.01), (3e-3, 0.1)]
+    models = _small_models()
+    cfgs = [tiny(**{"optim.lr": lr, "optim.weight_decay": wd}) for lr, wd in hyper]
+    stack = Stack.of(models)
+    opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
+    opt.fused = fused
+    solos = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, fused=True) for m, (lr, wd) in zip(models, hyper)]
+    _assert_stack_steps_like_solos(stack, opt, models, solos)
 
 
 @pytest.mark.parametrize("whole", [True, False])
@@ -669,23 +681,10 @@ def test_stacked_sgd_is_torch_sgd_on_each_member():
     from trainers.ensemble import Stack, StackedOptimizer
 
     hyper = [(3e-2, 0.0, 0.9), (1e-2, 0.1, 0.5), (2e-2, 0.01, 0.0)]  # (lr, weight decay, momentum)
-    models = []
-    for s in range(3):
-        torch.manual_seed(s)
-        models.append(torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2)))
+    models = _small_models()
     cfgs = [tiny(**{"optim.name": "sgd", "optim.lr": lr, "optim.weight_decay": wd, "optim.momentum": mo})
             for lr, wd, mo in hyper]
     stack = Stack.of(models)
     opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
     solos = [torch.optim.SGD(m.parameters(), lr=lr, momentum=mo, weight_decay=wd) for m, (lr, wd, mo) in zip(models, hyper)]
-    g = torch.Generator().manual_seed(0)
-    for _ in range(4):
-        grads = {name: torch.randn(p.shape, generator=g) for name, p in stack.params.items()}
-        opt.step(grads)
-        for k, (m, solo) in enumerate(zip(models, solos)):
-            for name, p in m.named_parameters():
-                p.grad = grads[name][k].clone()
-            solo.step()
-    for k, m in enumerate(models):
-        for name, p in m.named_parameters():
-            torch.testing.assert_close(stack.params[name][k], p.detach(), rtol=1e-6, atol=1e-8)
+    _assert_stack_steps_like_solos(stack, opt, models, solos)
