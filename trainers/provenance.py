@@ -4,13 +4,15 @@ A run can be trained in several sessions (resume) and by different versions of t
 arithmetic of a version (kernels, summation order, bf16) changes single runs at 40 epochs by several
 points (`reports/benchmarks/precision.md`), so reports say which code produced their runs. Each line
 holds the time, the git commit of this checkout (and whether trainer or core files had uncommitted
-changes), the package, torch and Python versions, the device and the speed options used.
+changes), the package, torch and Python versions, the machine (`machine_facts`: CPU model, logical CPUs, the
+instruction set of torch's CPU kernels, the GPU), the device and the speed options used.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -40,14 +42,40 @@ def code_version() -> dict[str, Any]:
             "pe_probe": __version__, "torch": torch.__version__, "python": platform.python_version()}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what `platform` knows)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_facts(device: str | None = None) -> dict[str, Any]:
+    """What in the machine shapes a run's arithmetic: CPU model, logical CPUs, and the instruction set of
+    torch's CPU kernels (AVX2, AVX512, ...), which sets their summation order: the same code and seed train
+    to other numbers on an AVX2 and an AVX-512 CPU (README, the LST sweep). On a CUDA ``device``, the GPU too."""
+    import torch
+
+    facts: dict[str, Any] = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+                             "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
+    if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name(torch.device(str(device)))
+    return facts
+
+
 def record_session(run_dir: str | Path, version: dict[str, Any] | None = None, **settings: Any) -> None:
     """Append this training session's line to ``run_dir/provenance.jsonl``.
 
     ``version``: a `code_version()` result to reuse (an ensemble asks git once for all its members);
-    ``settings``: what else shaped the arithmetic (device, start_epoch, bf16, compile, ...).
+    ``settings``: what else shaped the arithmetic (device, start_epoch, bf16, compile, ...); the machine's
+    facts (`machine_facts`) are added.
     """
     line = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **(version or code_version()), **settings}
+            **(version or code_version()), **machine_facts(settings.get("device")), **settings}
     with open(Path(run_dir) / PROVENANCE_FILE, "a") as f:
         f.write(json.dumps(line) + "\n")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -41,15 +40,9 @@ def machine(device) -> str:
     """CPU model, core count, torch version, threads and CPU kernels (and the GPU on CUDA): a report's machine line."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    s = f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
+    from trainers.provenance import cpu_model
+
+    s = f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
     # the instruction set of torch's CPU kernels (AVX2, AVX512, ...): it sets their summation order, so two CPUs
     # of one model name in a virtual machine can still train to different floating-point results
     s += f", {torch.backends.cpu.get_cpu_capability()} kernels"

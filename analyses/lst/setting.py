@@ -21,9 +21,12 @@ from analyses.lst.selection import sigma_runs
 from pe_probe.errors import InputError
 from trainers.provenance import read_sessions
 
-# provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded)
-HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("device", "device"), ("torch", "torch"),
+# provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded;
+# cpu .. gpu: `trainers.provenance.machine_facts`, recorded since 2026-12-03)
+HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("cpu", "CPU"), ("logical_cpus", "logical CPUs"),
+                 ("cpu_kernels", "torch CPU kernels"), ("gpu", "GPU"), ("device", "device"), ("torch", "torch"),
                  ("python", "Python"), ("torch_threads", "torch threads per process"))
+MACHINE_KEYS = ("hostname", "platform", "cpu", "gpu")
 # the sweep's call summary in sweep.log (`analyses.lst.sweep`) and the ensemble backend's start line
 _CALL = re.compile(r"sweep \S+: \d+ runs, \d+ finished, (\d+) to train \((?:(\d+) workers|(ray))\)")
 _ENSEMBLE = "as batched ensembles"
@@ -136,14 +139,15 @@ def parallelism(root: Path) -> str | None:
 
 
 def hardware(root: Path, names: Iterable[str]) -> str:
-    """What trained the runs, from their ``provenance.jsonl`` (device, torch, Python, threads; host and platform
-    where recorded); values that differ between runs are listed with their counts."""
+    """What trained the runs, from their ``provenance.jsonl`` (CPU model and kernels, GPU, device, torch, Python,
+    threads; host and platform where recorded); values that differ between runs are listed with their counts."""
     names = [str(n) for n in names]
     values: dict[str, Counter] = {k: Counter() for k, _ in HARDWARE_KEYS}
-    recorded = 0
+    recorded = machine = 0
     for name in names:
         sessions = read_sessions(Path(root) / name)
         recorded += bool(sessions)
+        machine += any(s.get(k) for s in sessions for k in MACHINE_KEYS)
         for key, _ in HARDWARE_KEYS:
             seen = list(dict.fromkeys(str(s[key]) for s in sessions if s.get(key) is not None))
             if seen:
@@ -151,8 +155,11 @@ def hardware(root: Path, names: Iterable[str]) -> str:
     if not recorded:
         return f"not recorded (none of the {len(names)} runs has a provenance.jsonl)"
     text = "; ".join(f"{label} {counted(values[k], recorded)}" for k, label in HARDWARE_KEYS if values[k])
-    if not (values["hostname"] or values["platform"]):
+    if not machine:
         text += "; the machine itself (CPU or GPU model, cores) is not recorded"
+    elif machine < recorded:
+        text += (f"; the machine (CPU or GPU model) is recorded for {machine} of those {recorded} runs (the others "
+                 "predate it)")
     if recorded < len(names):
         text += f" (from the {recorded} of {len(names)} runs that have a provenance.jsonl)"
     return text

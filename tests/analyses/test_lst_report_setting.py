@@ -88,6 +88,20 @@ def test_runs_that_differ_are_listed_with_counts(tmp_path):
     assert "is not recorded" not in text  # a host name was recorded
 
 
+def test_the_cpu_and_its_kernels_are_named_and_runs_that_predate_them_are_counted(tmp_path):
+    frames = _frames()
+    avx2 = {**SESSION, "device": "cpu", "cpu": "AMD EPYC", "logical_cpus": 2, "cpu_kernels": "AVX2"}
+    root = _sweep(tmp_path / "sweep", frames, provenance=[avx2])
+    text = S.hardware(root, frames["runs"].run)
+    assert "CPU AMD EPYC (6 runs)" not in text and "CPU AMD EPYC" in text and "torch CPU kernels AVX2" in text
+    assert "logical CPUs 2" in text and "is not recorded" not in text and "predate" not in text
+    old = frames["runs"].run.iloc[0]
+    (root / old / "provenance.jsonl").write_text(json.dumps(SESSION) + "\n")  # a run recorded before the CPU was
+    text = S.hardware(root, frames["runs"].run)
+    assert "torch CPU kernels AVX2 (5 runs)" in text
+    assert "the machine (CPU or GPU model) is recorded for 5 of those 6 runs (the others predate it)" in text
+
+
 def test_parallelism_counts_only_calls_that_trained(tmp_path):
     log = ("sweep quick: 4 runs, 0 finished, 4 to train (2 workers)\n"
            "sweep quick: 4 runs, 4 finished, 0 to train (8 workers)\n"

@@ -15,6 +15,45 @@ def test_a_session_line_names_the_commit_versions_and_settings(tmp_path):
     assert line["time"].endswith("+00:00")
 
 
+def test_a_session_line_names_the_machine_whose_kernels_set_the_arithmetic(tmp_path, monkeypatch):
+    import os
+
+    import torch
+
+    import trainers.provenance as P
+
+    record_session(tmp_path, device="cpu")
+    (line,) = read_sessions(tmp_path)
+    assert line["cpu"] == P.cpu_model() and line["cpu"]  # a model name, not empty
+    assert line["logical_cpus"] == os.cpu_count()
+    assert line["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()  # e.g. AVX2, AVX512
+    assert "gpu" not in line  # a CPU run names no GPU
+    # a CUDA session names its GPU (faked here: this machine may have none)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: f"Fake GPU {dev}")
+    assert P.machine_facts("cuda:1")["gpu"] == "Fake GPU cuda:1"
+    assert "gpu" not in P.machine_facts("cpu") and "gpu" not in P.machine_facts(None)
+
+
+def test_the_cpu_model_falls_back_to_platform_without_proc_cpuinfo(monkeypatch):
+    import builtins
+    import platform
+
+    import trainers.provenance as P
+
+    real_open = builtins.open
+
+    def no_cpuinfo(path, *a, **k):
+        if str(path) == "/proc/cpuinfo":
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_cpuinfo)
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    assert P.cpu_model() == "x86_64"
+
+
 def test_sessions_append_and_a_torn_last_line_is_skipped(tmp_path):
     v = {**code_version(), "git_commit": "a" * 40, "git_dirty": False}
     record_session(tmp_path, v, start_epoch=0)
