@@ -158,14 +158,14 @@ def fig_ident_vs_gen(ana_sigma: pd.DataFrame, out: Path) -> str | None:
     if d.empty:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(7.4, 2.6))
+    fig, axes = plt.subplots(1, 2, figsize=(7.4, 2.6), sharey=True)  # one accuracy axis: its label on the left only
     for ax, key, lab in ((axes[0], "ref_procrustes_distance", "Procrustes distance to sin2d\n(unnormalised; grows with σ)"),
                          (axes[1], "ref_shape_distance", "shape distance to sin2d\n(angular, scale-free)")):
         sc = ax.scatter(d[key], d.eval_ood_acc, c=np.log10(d.sigma.astype(float)), cmap="viridis", s=12)
         rho, p, n = spearman(d[key], d.eval_ood_acc)
         ax.set_title(f"ρ = {f3(rho)} (p = {fp(p)}, n = {n})")
         ax.set_xlabel(lab)
-        ax.set_ylabel("held-out accuracy")
+    axes[0].set_ylabel("held-out accuracy")
     fig.colorbar(sc, ax=axes, label="log10 σ")
     cols = ["run", "sigma", "seed", "eval_ood_acc", "ref_procrustes_distance", "ref_shape_distance", "rsa_spearman"]
     return save_figure(fig, d[cols], out, "identifiability_vs_generalization")

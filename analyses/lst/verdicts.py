@@ -112,8 +112,11 @@ def within_sigma_spearman(d: pd.DataFrame, x: str, y: str) -> tuple[float, float
 def _paired_line(c: dict[str, Any], la: str, lb: str) -> str:
     seeds = ", ".join(map(str, c["keys"]))
     ci = (f", 95% t-CI [{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]" if np.isfinite(c["ci_low"]) else "")
+    # `paired_ci` runs no t-test on differences that are all equal (no variance): say so rather than a bare n/a
+    t = ("paired t p = n/a (every seed's difference is the same: no variance to test)"
+         if c["n"] >= 2 and np.isfinite(c["diff"]) and not np.isfinite(c["t_p"]) else f"paired t p = {fp(c['t_p'])}")
     return (f"over the {c['n']} seed(s) both have ({seeds}): {la} {100 * c['mean_a']:.1f}% vs {lb} {100 * c['mean_b']:.1f}%; "
-            f"paired difference {100 * c['diff']:+.1f} points{ci}, paired t p = {fp(c['t_p'])}")
+            f"paired difference {100 * c['diff']:+.1f} points{ci}, {t}")
 
 
 def _cap(t: str) -> str:
@@ -147,8 +150,12 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
                f"(n = {len(small)} runs) vs {pct(large.mean())} for σ ≥ 1.5 (n = {len(large)}); one-sided Mann-Whitney "
                f"p = {fp(mw)}. Per σ: " + ", ".join(f"{k:g}: {100 * v:.0f}%" for k, v in per.items()) + ".")
     mono = np.isfinite(rho) and rho < 0 and _ok(p)
-    _, trend = small_sigma_trend(sr)
-    mono_state = ("supported" if mono else "not supported") if np.isfinite(p) else \
+    small_label, trend = small_sigma_trend(sr)
+    # "throughout" is contradicted by a significant rise over small σ, whatever the whole grid's ρ says (a grid
+    # whose large σ fail drives that ρ negative on its own: the large-σ claim above, not this one)
+    mono_state = ("supported" if mono and small_label != "rises with σ" else
+                  f"not supported: accuracy falls with σ over the whole grid but rises with σ over σ ≤ {TREND_CUT:g}"
+                  if mono else "not supported") if np.isfinite(p) else \
         "not testable with these runs (fewer than 3 runs, or one σ)"
     out.append(f"**Smaller σ is better across the whole range: {mono_state}.** "
                f"Spearman ρ(σ, held-out accuracy) = {f3(rho)} (p = {fp(p)}, n = {n} runs); {trend}.")
@@ -296,9 +303,11 @@ def criteria_text() -> str:
     """The criteria paragraph: the rules the verdict functions above apply, with their constants."""
     return ("Criteria (fixed in `analyses/lst/verdicts.py`): *large σ hurts* is supported when held-out accuracy for "
             f"σ ≤ {SMALL:g} exceeds that for σ ≥ {LARGE:g} by more than 10 points with a one-sided Mann-Whitney p < {ALPHA:g}; "
-            f"*smaller is better throughout* when Spearman ρ(σ, accuracy) < 0 with p < {ALPHA:g} over the whole grid, and "
-            f"the trend over small σ (σ ≤ {TREND_CUT:g}) is stated as *rises with σ* / *falls with σ* when its Spearman ρ "
-            f"is positive / negative with p < {ALPHA:g}, *no clear trend* otherwise; a geometry claim (per view, last "
+            f"*smaller is better throughout* when Spearman ρ(σ, accuracy) < 0 with p < {ALPHA:g} over the whole grid and "
+            f"accuracy does not rise with σ over small σ, where the trend over small σ (σ ≤ {TREND_CUT:g}) is stated as "
+            f"*rises with σ* / *falls with σ* when its Spearman ρ is positive / negative with p < {ALPHA:g}, *no clear "
+            "trend* otherwise (the rise over small σ was added to this rule on 2026-12-03, after the 8-seed sweep's "
+            "whole-grid ρ came out negative beside a significant rise over small σ); a geometry claim (per view, last "
             f"checkpoint) is *present* when the mean RSA for σ ≤ {SMALL:g} exceeds {RSA_MIN:g} and the Mantel test is "
             f"significant (p < {ALPHA:g}) in at least {100 * MANTEL_SHARE:.0f}% of those runs (*borderline* when that "
             f"share qualifies and the mean RSA is within {BORDER:g} of {RSA_MIN:g}), *weak, but it decreases with σ* when "

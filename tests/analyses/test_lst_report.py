@@ -146,6 +146,22 @@ def test_equal_paired_differences_get_no_t_test():
     assert not math.isnan(_paired([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])["t_p"])  # differences that vary: tested
 
 
+def test_equal_differences_of_float32_accuracies_get_no_t_test():
+    """Accuracies come back from the checkpoints as float32: the sweep's three σ = 2.0 placement pairs were each
+    68/108 apart, but their float32 differences spread over 1.5e-8, and the t-test gave p = 1.9e-16."""
+    a = [float(np.float32(k / 108)) for k in (100, 91, 94)]  # input-only runs
+    b = [float(np.float32(k / 108)) for k in (32, 23, 26)]  # every-layer runs
+    assert np.ptp(np.subtract(a, b)) > 1e-9  # what the earlier tolerance let through
+    c = _paired(a, b)
+    assert c["diff"] == pytest.approx(68 / 108) and math.isnan(c["t_p"])
+    assert math.isnan(SS.paired_test(pd.Series(a), pd.Series(b))["t_p"])
+    line = V._paired_line(c, "input only", "every layer")
+    assert line.endswith("paired difference +63.0 points, 95% t-CI [+63.0, +63.0], paired t p = n/a (every seed's "
+                         "difference is the same: no variance to test)")
+    # one puzzle's difference is far above the tolerance: tested
+    assert not math.isnan(_paired(a, [b[0], b[1], float(np.float32(27 / 108))])["t_p"])
+
+
 def test_wd_state_labels():
     gain = 0.065
     assert V.wd_state(_paired([0.95, 0.96, 0.97], [0.90, 0.905, 0.91]), gain) == "supported"
@@ -392,6 +408,21 @@ def test_weight_decay_arms_are_at_chance_when_their_intervals_reach_chance():
         rows += [{**common, "run": f"s-{seed}", "control": "none", "ood_acc": plain},
                  {**common, "run": f"wd-{seed}", "group": "control", "control": "wd0.1", "ood_acc": wd}]
     assert ": not informative (" in _verdict_line(pd.DataFrame(rows), "**Weight decay helps")
+
+
+def test_smaller_sigma_is_not_better_throughout_when_it_rises_over_small_sigma():
+    """A grid whose large σ fail has a negative whole-grid ρ; a significant rise over σ <= 0.5 still contradicts
+    'better throughout' (the 8-seed sweep: ρ = -0.31, p = 0.005, beside a rise over small σ at p = 1.6e-5)."""
+    rising_then_failing = _sigma_runs(lambda s, i: (0.7 + 0.4 * s if s <= 0.5 else 0.9 - 0.3 * s) + 0.001 * i)
+    rho, p, _ = SS.spearman(rising_then_failing.sigma, rising_then_failing.ood_acc)
+    assert rho < 0 and p < 0.05  # the whole grid falls
+    line = _verdict_line(rising_then_failing, "**Smaller σ is better")
+    assert ": not supported: accuracy falls with σ over the whole grid but rises with σ over σ ≤ 0.5.**" in line
+    assert "over σ ≤ 0.5, held-out accuracy rises with σ" in line
+    falling = _sigma_runs(lambda s, i: 0.9 - 0.3 * s + 0.001 * i)
+    assert ": supported.**" in _verdict_line(falling, "**Smaller σ is better")
+    flat_small = _sigma_runs(lambda s, i: (0.9 if s <= 0.5 else 0.9 - 0.3 * s) + 0.01 * (i % 2))
+    assert ": supported.**" in _verdict_line(flat_small, "**Smaller σ is better")  # no rise over small σ: supported
 
 
 def test_smaller_sigma_is_not_better_when_accuracy_rises_with_sigma():
