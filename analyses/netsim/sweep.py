@@ -126,6 +126,18 @@ def regenerate_lines(plan: Plan, needs: str = "") -> list[str]:
             "```bash", plan.command, "```", ""]
 
 
+def machine_lines(df: pd.DataFrame) -> list[str]:
+    """The README's "Machine and code" paragraph: what trained the runs (``df["run"]``: run folders) and at which
+    commit, from their ``provenance.jsonl``. One run's MSEs move with floating-point rounding, which differs between
+    CPU kernel sets (AVX2, AVX-512) and devices, so a report says where its numbers came from."""
+    from analyses.lst.setting import hardware
+    from trainers.provenance import describe_versions
+
+    runs = [Path(r) for r in df["run"]]
+    return [f"**Machine and code** (from each run's `provenance.jsonl`): {hardware(Path('.'), runs)}. Trainer code "
+            f"(git commit per run): {describe_versions(runs)}.", ""]
+
+
 def check_runs(p: Any, task: str, runs: Path, conds: list[dict[str, Any]], seeds: list[int], preset: str) -> None:
     """A usage error of ``p`` (one line, exit 2) when the trainer would refuse a run folder of the sweep in
     ``runs`` (`trainers.train.check_run_dir`, e.g. a run of another config); reads only."""

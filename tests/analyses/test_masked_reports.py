@@ -186,7 +186,8 @@ def netsim_frame(rsa_p: float, probe_r2: float) -> pd.DataFrame:
             "sin2d": ("sin2d", np.nan, 0.892, 0.96), "none": ("none", np.nan, 0.951, 0.99)}
     for label, (pe, sigma, test, ood) in spec.items():
         for seed, eps in enumerate((-0.0005, 0.0005)):
-            r = {"label": label, "pe": pe, "sigma": sigma, "seed": seed, "test_rel": test + eps,
+            r = {"label": label, "pe": pe, "sigma": sigma, "seed": seed, "run": f"no-such-runs/{label}-seed{seed}",
+                 "test_rel": test + eps,
                  "ood_rel": ood + 20 * eps, "ood_noise_rel": ood + eps, "test_mse": test + eps, "ood_mse": ood,
                  "ood_mse_noise": 3.6}
             if pe != "none":
@@ -242,6 +243,28 @@ def test_netsim_readme_levels_follow_the_data():
     assert "| PE | RSA, layer 0 | RSA, layer 1 | SMACOF r2, layer 0 |" in text
     text = netsim_readme(netsim_frame(rsa_p=0.005, probe_r2=0.3))
     assert "not testable" not in text[text.index("## Which claims hold here"):].replace("*not testable* here", "")
+
+
+def test_the_readme_names_the_machine_and_commit_that_trained_the_runs(tmp_path):
+    """One run's MSEs move with the CPU's kernels, so the report says which machine and code made them."""
+    import json
+
+    df = netsim_frame(rsa_p=0.005, probe_r2=0.3)
+    assert "not recorded (none of the 8 runs has a provenance.jsonl)" in netsim_readme(df)
+    runs = []
+    for i, name in enumerate(f"{r.label}-seed{r.seed}" for r in df.itertuples()):
+        run = tmp_path / name
+        run.mkdir()
+        kernels = "AVX2" if i < 6 else "AVX512"
+        (run / "provenance.jsonl").write_text(json.dumps(
+            {"git_commit": "e318ab06b9eb", "git_dirty": False, "torch": "2.13.0+cpu", "python": "3.11.7",
+             "cpu": "AMD EPYC", "logical_cpus": 2, "cpu_kernels": kernels, "device": "cpu", "torch_threads": 1}) + "\n")
+        runs.append(str(run))
+    text = netsim_readme(df.assign(run=runs))
+    line = next(ln for ln in text.splitlines() if ln.startswith("**Machine and code**"))
+    assert "CPU AMD EPYC; logical CPUs 2; torch CPU kernels AVX2 (6 runs), AVX512 (2 runs); device cpu" in line
+    assert line.endswith("Trainer code (git commit per run): e318ab0: 8 runs.")
+    assert "not recorded" not in line
 
 
 def test_brain_fc_vs_distance_per_seed():
