@@ -26,8 +26,8 @@ from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chan
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
                                    deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
                                    machine_lines, markdown_table, n_clipped, regenerate_lines, report_main, run_sweep,
-                                   same_direction, scale_parser, sigma_figure, summarise, t_value, table_provenance, verdict_level,
-                                   write_json, write_layers)
+                                   same_direction, scale_parser, sigma_figure, summarise, t_value, table_provenance,
+                                   verdict_level, write_json, write_layers)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGMAS = [0.1, 0.3, 1.0, 2.0]

@@ -187,8 +187,7 @@ def netsim_frame(rsa_p: float, probe_r2: float) -> pd.DataFrame:
     for label, (pe, sigma, test, ood) in spec.items():
         for seed, eps in enumerate((-0.0005, 0.0005)):
             r = {"label": label, "pe": pe, "sigma": sigma, "seed": seed, "run": f"no-such-runs/{label}-seed{seed}",
-                 "test_rel": test + eps,
-                 "ood_rel": ood + 20 * eps, "ood_noise_rel": ood + eps, "test_mse": test + eps, "ood_mse": ood,
+                 "test_rel": test + eps, "ood_rel": ood + 20 * eps, "ood_noise_rel": ood + eps, "test_mse": test + eps, "ood_mse": ood,
                  "ood_mse_noise": 3.6}
             if pe != "none":
                 fixed = pe == "sin2d"
