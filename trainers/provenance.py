@@ -15,10 +15,17 @@ import json
 import os
 import platform
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 PROVENANCE_FILE = "provenance.jsonl"
+# provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded;
+# cpu .. gpu: `machine_facts`, recorded since 2026-12-03)
+HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("cpu", "CPU"), ("logical_cpus", "logical CPUs"),
+                 ("cpu_kernels", "torch CPU kernels"), ("gpu", "GPU"), ("device", "device"), ("torch", "torch"),
+                 ("python", "Python"), ("torch_threads", "torch threads per process"))
+MACHINE_KEYS = ("hostname", "platform", "cpu", "gpu")
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -105,3 +112,36 @@ def describe_versions(run_dirs: list[Path]) -> str:
         key = " then ".join(keys) if len(keys) > 1 else keys[0]
         counts[key] = counts.get(key, 0) + 1
     return "; ".join(f"{k}: {n} run{'s' if n != 1 else ''}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def counted(values: Counter, n: int) -> str:
+    """"cpu" when every one of the ``n`` runs has that value, else "cpu (3 runs), cuda (2 runs)"."""
+    if len(values) == 1 and sum(values.values()) == n:
+        return str(next(iter(values)))
+    return ", ".join(f"{v} ({c} run{'s' if c != 1 else ''})" for v, c in values.most_common())
+
+
+def describe_hardware(run_dirs: list[Path]) -> str:
+    """What trained the runs, from their ``provenance.jsonl`` (CPU model and kernels, GPU, device, torch, Python,
+    threads; host and platform where recorded); values that differ between runs are listed with their counts."""
+    values: dict[str, Counter] = {k: Counter() for k, _ in HARDWARE_KEYS}
+    recorded = machine = 0
+    for run_dir in run_dirs:
+        sessions = read_sessions(run_dir)
+        recorded += bool(sessions)
+        machine += any(s.get(k) for s in sessions for k in MACHINE_KEYS)
+        for key, _ in HARDWARE_KEYS:
+            seen = list(dict.fromkeys(str(s[key]) for s in sessions if s.get(key) is not None))
+            if seen:
+                values[key][" then ".join(seen)] += 1
+    if not recorded:
+        return f"not recorded (none of the {len(run_dirs)} runs has a provenance.jsonl)"
+    text = "; ".join(f"{label} {counted(values[k], recorded)}" for k, label in HARDWARE_KEYS if values[k])
+    if not machine:
+        text += "; the machine itself (CPU or GPU model, cores) is not recorded"
+    elif machine < recorded:
+        text += (f"; the machine (CPU or GPU model) is recorded for {machine} of those {recorded} runs (the others "
+                 "predate it)")
+    if recorded < len(run_dirs):
+        text += f" (from the {recorded} of {len(run_dirs)} runs that have a provenance.jsonl)"
+    return text

@@ -19,14 +19,8 @@ import pandas as pd
 from analyses.lst.grid import SGD_LR_ORIGIN
 from analyses.lst.selection import sigma_runs
 from pe_probe.errors import InputError
-from trainers.provenance import read_sessions
+from trainers.provenance import counted, describe_hardware
 
-# provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded;
-# cpu .. gpu: `trainers.provenance.machine_facts`, recorded since 2026-12-03)
-HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("cpu", "CPU"), ("logical_cpus", "logical CPUs"),
-                 ("cpu_kernels", "torch CPU kernels"), ("gpu", "GPU"), ("device", "device"), ("torch", "torch"),
-                 ("python", "Python"), ("torch_threads", "torch threads per process"))
-MACHINE_KEYS = ("hostname", "platform", "cpu", "gpu")
 # the sweep's call summary in sweep.log (`analyses.lst.sweep`) and the ensemble backend's start line
 _CALL = re.compile(r"sweep \S+: \d+ runs, \d+ finished, (\d+) to train \((?:(\d+) workers|(ray))\)")
 _ENSEMBLE = "as batched ensembles"
@@ -48,13 +42,6 @@ def dotted(cfg: dict[str, Any], key: str) -> Any:
     for part in key.split("."):
         cfg = cfg.get(part) if isinstance(cfg, dict) else None
     return cfg
-
-
-def counted(values: Counter, n: int) -> str:
-    """"cpu" when every one of the ``n`` runs has that value, else "cpu (3 runs), cuda (2 runs)"."""
-    if len(values) == 1 and sum(values.values()) == n:
-        return str(next(iter(values)))
-    return ", ".join(f"{v} ({c} run{'s' if c != 1 else ''})" for v, c in values.most_common())
 
 
 def heldout_text(configs: dict[str, dict[str, Any]], n_levels: int, study_n: int) -> str:
@@ -139,30 +126,8 @@ def parallelism(root: Path) -> str | None:
 
 
 def hardware(root: Path, names: Iterable[str]) -> str:
-    """What trained the runs, from their ``provenance.jsonl`` (CPU model and kernels, GPU, device, torch, Python,
-    threads; host and platform where recorded); values that differ between runs are listed with their counts."""
-    names = [str(n) for n in names]
-    values: dict[str, Counter] = {k: Counter() for k, _ in HARDWARE_KEYS}
-    recorded = machine = 0
-    for name in names:
-        sessions = read_sessions(Path(root) / name)
-        recorded += bool(sessions)
-        machine += any(s.get(k) for s in sessions for k in MACHINE_KEYS)
-        for key, _ in HARDWARE_KEYS:
-            seen = list(dict.fromkeys(str(s[key]) for s in sessions if s.get(key) is not None))
-            if seen:
-                values[key][" then ".join(seen)] += 1
-    if not recorded:
-        return f"not recorded (none of the {len(names)} runs has a provenance.jsonl)"
-    text = "; ".join(f"{label} {counted(values[k], recorded)}" for k, label in HARDWARE_KEYS if values[k])
-    if not machine:
-        text += "; the machine itself (CPU or GPU model, cores) is not recorded"
-    elif machine < recorded:
-        text += (f"; the machine (CPU or GPU model) is recorded for {machine} of those {recorded} runs (the others "
-                 "predate it)")
-    if recorded < len(names):
-        text += f" (from the {recorded} of {len(names)} runs that have a provenance.jsonl)"
-    return text
+    """What trained the runs ``root/name`` (`trainers.provenance.describe_hardware`)."""
+    return describe_hardware([Path(root) / str(n) for n in names])
 
 
 def model_line(configs: dict[str, dict[str, Any]], runs: pd.DataFrame) -> str:

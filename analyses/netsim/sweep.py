@@ -130,11 +130,10 @@ def machine_lines(df: pd.DataFrame) -> list[str]:
     """The README's "Machine and code" paragraph: what trained the runs (``df["run"]``: run folders) and at which
     commit, from their ``provenance.jsonl``. One run's MSEs move with floating-point rounding, which differs between
     CPU kernel sets (AVX2, AVX-512) and devices, so a report says where its numbers came from."""
-    from analyses.lst.setting import hardware
-    from trainers.provenance import describe_versions
+    from trainers.provenance import describe_hardware, describe_versions
 
     runs = [Path(r) for r in df["run"]]
-    return [f"**Machine and code** (from each run's `provenance.jsonl`): {hardware(Path('.'), runs)}. Trainer code "
+    return [f"**Machine and code** (from each run's `provenance.jsonl`): {describe_hardware(runs)}. Trainer code "
             f"(git commit per run): {describe_versions(runs)}.", ""]
 
 

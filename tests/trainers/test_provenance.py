@@ -2,7 +2,8 @@
 
 import json
 
-from trainers.provenance import PROVENANCE_FILE, code_version, describe_versions, read_sessions, record_session
+from trainers.provenance import (PROVENANCE_FILE, code_version, describe_hardware, describe_versions, read_sessions,
+                                 record_session)
 
 
 def test_a_session_line_names_the_commit_versions_and_settings(tmp_path):
@@ -96,3 +97,25 @@ def test_trainers_record_each_session_and_a_restart_clears_old_lines(tmp_path):
 def test_describe_versions_names_runs_trained_outside_git(tmp_path):
     (tmp_path / PROVENANCE_FILE).write_text(json.dumps({"git_commit": None, "git_dirty": None}) + "\n")
     assert describe_versions([tmp_path]) == "outside git: 1 run"
+
+
+def test_describe_hardware_counts_differing_machines_and_runs_that_predate_the_record(tmp_path):
+    def run(name, *sessions):
+        d = tmp_path / name
+        d.mkdir()
+        if sessions:
+            (d / PROVENANCE_FILE).write_text("".join(json.dumps(s) + "\n" for s in sessions))
+        return d
+
+    avx2 = {"cpu": "AMD EPYC", "cpu_kernels": "AVX2", "device": "cpu", "torch": "2.13.0"}
+    dirs = [run("a", avx2), run("b", avx2), run("c", {**avx2, "cpu": "Intel Xeon", "cpu_kernels": "AVX512"}),
+            run("d", {"device": "cpu", "torch": "2.13.0"}), run("e")]
+    text = describe_hardware(dirs)
+    assert text.startswith("CPU AMD EPYC (2 runs), Intel Xeon (1 run); torch CPU kernels AVX2 (2 runs), AVX512 (1 run)")
+    assert "device cpu; torch 2.13.0" in text  # the same in every recorded run: named once
+    assert "recorded for 3 of those 4 runs (the others predate it)" in text
+    assert text.endswith("(from the 4 of 5 runs that have a provenance.jsonl)")
+    # a resumed run on another machine names both, in session order
+    assert describe_hardware([run("f", avx2, {**avx2, "cpu_kernels": "AVX512"})]).startswith(
+        "CPU AMD EPYC; torch CPU kernels AVX2 then AVX512")
+    assert describe_hardware([dirs[-1]]) == "not recorded (none of the 1 runs has a provenance.jsonl)"
