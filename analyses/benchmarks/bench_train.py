@@ -22,6 +22,8 @@ all in this one run so their ratios share the machine's state:
   fused SDPA elsewhere; the last layer computes only the readout token) with the trainer's own step,
   `trainers.train.lst_step`;
 * single-nosync: the same, accumulating loss / accuracy on the device (no per-step host sync);
+* single-split (CPU): the same model with each batch split over the cores, one Python thread and one
+  torch thread per part, the parts' gradients summed before one AdamW step (`_split_step`);
 * ensemble-K: K members trained as `trainers.ensemble.train_ensemble` trains them: batched groups (stacked
   parameters, one batched matrix product per layer, fused AdamW on member slices, each member with its own batch
   indices); on a GPU one group of K; on the CPU groups of at most 4 trained side by side on one thread per
@@ -212,6 +214,58 @@ def bench_single_parallel(d, device, steps, warmup, bf16=False, compile=False, w
     return side_by_side(_tuned, kws, warmup, steps), n
 
 
+def split_gradients(model: nn.Module, params: list, xs: list, ys: list, n: int, submit) -> list:
+    """The gradients of the batch's mean cross-entropy (``n`` puzzles) as the sum of its parts' (``xs``, ``ys``):
+    part 0 in this thread, the others through ``submit`` (a thread pool's), each part's loss summed over its
+    puzzles and divided by ``n``. The same sum as the whole batch's gradient, in another order (float rounding)."""
+    def part(xb, yb):
+        return torch.autograd.grad(F.cross_entropy(model(xb), yb, reduction="sum") / n, params, allow_unused=True)
+
+    futures = [submit(part, xb, yb) for xb, yb in zip(xs[1:], ys[1:])]
+    total = list(part(xs[0], ys[0]))
+    for f in futures:
+        for i, g in enumerate(f.result()):
+            if g is not None:
+                total[i] = g if total[i] is None else total[i].add_(g)
+    return total
+
+
+def _split_step(d, device, parts, seed=0):
+    """Our model's step with its batch split into ``parts`` pieces, one per Python thread (torch ops release the
+    GIL), their gradients summed before one AdamW step: data parallelism inside one process, a way for one model
+    to use every core with one torch thread each, instead of two torch threads per operator (`single`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x, y = fake_data(device)
+    model, opt, _ = _our_model(d, device, seed=seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    pool = ThreadPoolExecutor(max_workers=max(1, parts - 1), thread_name_prefix="split")
+    perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
+
+    def step(i):
+        idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
+        grads = split_gradients(model, params, list(x[idx].chunk(parts)), list(y[idx].chunk(parts)), len(idx),
+                                pool.submit)
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+
+    return step
+
+
+def bench_single_split(d, device, steps, warmup, workers=None, **_):
+    """`_split_step` with one part per core and one torch thread (CPU): can splitting one model's batch over the
+    cores beat its ops using both cores as torch threads (`single`)?"""
+    from trainers.ensemble import usable_cores
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _time(_split_step(d, device, workers or usable_cores()), steps, warmup, device), 1
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, tf32=False):
     """One step function of a batched group of members: the ensemble's own step, `trainers.ensemble.group_step`."""
     from trainers.ensemble import Stack, StackedOptimizer, group_loss, group_step, template_model
@@ -352,6 +406,8 @@ def plan(args):
                     out.append(("single-parallel-bf16-compile", d, bench_single_parallel, {"bf16": True, "compile": True}, s))
         out += [("single", d, bench_single, {}, s),
                 ("single-nosync", d, bench_single, {"nosync": True}, s)]
+        if args.device == "cpu":  # one model's batch split over the cores (data parallel threads)
+            out.append(("single-split", d, bench_single_split, {}, s))
         if not args.no_compile:  # the single-model trainer's --compile (the ensemble's only with --compile)
             out.append(("single-compile", d, bench_single, {"nosync": True, "compile": True}, s))
         if args.bf16:

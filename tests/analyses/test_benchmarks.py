@@ -22,7 +22,7 @@ def test_bench_train_writes_rows_ratios_and_the_arithmetic_bound(tmp_path):
     assert bench_train.main(argv) == 0
     rows = list(csv.DictReader(open(tmp_path / "train.csv")))
     configs = {r["config"] for r in rows}
-    assert {"naive", "single", "single-nosync", "ensemble-2", "ensemble-3"} <= configs
+    assert {"naive", "single", "single-nosync", "single-split", "ensemble-2", "ensemble-3"} <= configs
     assert all(float(r["puzzles_per_s"]) > 0 and float(r["x_naive"]) > 0 for r in rows)
     by = {r["config"]: r for r in rows}
     assert float(by["naive"]["x_naive"]) == 1.0 and float(by["naive-parallel"]["x_naive_parallel"]) == 1.0
@@ -68,7 +68,7 @@ def test_a_run_cut_short_in_its_first_round_keeps_the_configurations_already_mea
     with pytest.raises(KeyboardInterrupt):
         bench_train.main(argv)
     assert "Partial: 0 of 2 rounds" in (tmp_path / "train.md").read_text()
-    assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} == {"naive", "single", "single-nosync"}
+    assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} == {"naive", "single", "single-nosync", "single-split"}
 
 
 def test_the_bound_table_has_a_column_group_per_precision_measured():
@@ -132,6 +132,29 @@ def test_side_by_side_surfaces_a_workers_error():
 def test_compiled_ensemble_benchmark_runs_groups_in_worker_processes():
     secs, k = bench_train.bench_ensemble(16, torch.device("cpu"), 2, 1, k=3, compile=True, workers=2)
     assert k == 3 and secs > 0
+
+
+def test_split_batch_gradients_equal_the_whole_batchs_and_the_split_step_trains():
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch.nn.functional as F
+
+    dev = torch.device("cpu")
+    model, _, _ = bench_train._our_model(16, dev)
+    params = [p for p in model.parameters() if p.requires_grad]
+    x, y = (t[:10] for t in bench_train.fake_data(dev))  # 10 puzzles in uneven parts: 4 + 4 + 2
+    whole = torch.autograd.grad(F.cross_entropy(model(x), y), params)
+    with ThreadPoolExecutor(2) as pool:
+        split = bench_train.split_gradients(model, params, list(x.chunk(3)), list(y.chunk(3)), len(x), pool.submit)
+    assert len(split) == len(whole)
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(whole[0], torch.zeros_like(whole[0]))
+    before = [p.detach().clone() for p in params]
+    threads = torch.get_num_threads()
+    secs, k = bench_train.bench_single_split(16, dev, 2, 1, workers=2)
+    assert k == 1 and secs > 0 and torch.get_num_threads() == threads  # the thread count is restored
+    assert all(torch.equal(a, p) for a, p in zip(before, params))  # the benchmark trains its own model
 
 
 def test_ensemble_benchmark_runs_groups_on_worker_threads():
