@@ -230,22 +230,19 @@ def split_gradients(model: nn.Module, params: list, xs: list, ys: list, n: int, 
     return total
 
 
-def _split_step(d, device, parts, seed=0):
-    """Our model's step with its batch split into ``parts`` pieces, one per Python thread (torch ops release the
-    GIL), their gradients summed before one AdamW step: data parallelism inside one process, a way for one model
-    to use every core with one torch thread each, instead of two torch threads per operator (`single`)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _split_step(d, device, parts, submit, seed=0):
+    """Our model's step with its batch split into ``parts`` pieces, all but the first run through ``submit`` (a
+    thread pool's: torch ops release the GIL), their gradients summed before one AdamW step: data parallelism
+    inside one process, a way for one model to use every core with one torch thread each, instead of two torch
+    threads per operator (`single`)."""
     x, y = fake_data(device)
     model, opt, _ = _our_model(d, device, seed=seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    pool = ThreadPoolExecutor(max_workers=max(1, parts - 1), thread_name_prefix="split")
     perm = torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(seed)).to(device)
 
     def step(i):
         idx = perm[(i * BATCH) % (N_TRAIN - BATCH):][:BATCH]
-        grads = split_gradients(model, params, list(x[idx].chunk(parts)), list(y[idx].chunk(parts)), len(idx),
-                                pool.submit)
+        grads = split_gradients(model, params, list(x[idx].chunk(parts)), list(y[idx].chunk(parts)), len(idx), submit)
         for p, g in zip(params, grads):
             p.grad = g
         opt.step()
@@ -256,12 +253,16 @@ def _split_step(d, device, parts, seed=0):
 def bench_single_split(d, device, steps, warmup, workers=None, **_):
     """`_split_step` with one part per core and one torch thread (CPU): can splitting one model's batch over the
     cores beat its ops using both cores as torch threads (`single`)?"""
+    from concurrent.futures import ThreadPoolExecutor
+
     from trainers.ensemble import usable_cores
 
+    parts = workers or usable_cores()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    try:
-        return _time(_split_step(d, device, workers or usable_cores()), steps, warmup, device), 1
+    try:  # the pool's threads end with the measurement
+        with ThreadPoolExecutor(max_workers=max(1, parts - 1), thread_name_prefix="split") as pool:
+            return _time(_split_step(d, device, parts, pool.submit), steps, warmup, device), 1
     finally:
         torch.set_num_threads(threads)
 

@@ -135,6 +135,7 @@ def test_compiled_ensemble_benchmark_runs_groups_in_worker_processes():
 
 
 def test_split_batch_gradients_equal_the_whole_batchs_and_the_split_step_trains():
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     import torch.nn.functional as F
@@ -154,6 +155,7 @@ def test_split_batch_gradients_equal_the_whole_batchs_and_the_split_step_trains(
     threads = torch.get_num_threads()
     secs, k = bench_train.bench_single_split(16, dev, 2, 1, workers=2)
     assert k == 1 and secs > 0 and torch.get_num_threads() == threads  # the thread count is restored
+    assert not [th for th in threading.enumerate() if th.name.startswith("split")]  # its pool's threads ended
     assert all(torch.equal(a, p) for a, p in zip(before, params))  # the benchmark trains its own model
 
 
