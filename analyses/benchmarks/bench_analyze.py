@@ -26,6 +26,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))  # bench_io beside this script
+
+from bench_io import command_line, write_results  # noqa: E402
 
 
 def planted(n: int, d: int, seed: int = 0):
@@ -149,25 +152,92 @@ def spawn(mode: str, n: int, d: int, budget: int | None) -> dict:
     return json.loads(line[-1][7:])
 
 
+def vector_extensions(cpuinfo: str) -> str:
+    """The widest SIMD instruction set ``/proc/cpuinfo``'s flags name (AVX-512, AVX2, AVX, or "SSE only"): it
+    decides which kernels numpy's BLAS and the compiled permutation / bootstrap kernels run, so timings from
+    an AVX-512 and an AVX2 machine of one model name are not comparable."""
+    flags = set()
+    for ln in cpuinfo.splitlines():
+        if ln.startswith("flags"):
+            flags = set(ln.split(":", 1)[1].split())
+            break
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")):
+        if flag in flags:
+            return name
+    return "SSE only" if flags else "?"
+
+
+def blas_kernels() -> str:
+    """Which BLAS numpy and scipy loaded and the kernels it picked for this CPU ("openblas 0.3.31 Haswell")."""
+    import scipy.linalg  # noqa: F401  (loads scipy's own BLAS beside numpy's)
+    from threadpoolctl import threadpool_info
+
+    found = [f"{i.get('internal_api', '?')} {i.get('version', '?')} {i.get('architecture', '')}".strip()
+             for i in threadpool_info() if i.get("user_api") == "blas"]
+    return ", ".join(dict.fromkeys(found)) or "?"
+
+
 def machine() -> dict:
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    """CPU model, its SIMD level, CPUs, memory, BLAS kernels, versions and load: the report's machine line."""
+    import numpy
+
+    from trainers.provenance import cpu_model
+
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu": cpu_model(), "numpy": numpy.__version__, "blas": blas_kernels()}
     try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                info["cpu"] = ln.split(":", 1)[1].strip()
-                break
+        info["simd"] = vector_extensions(Path("/proc/cpuinfo").read_text())
         mem = [ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")]
         info["memory_gb"] = round(int(mem[0].split()[1]) / 1024 ** 2, 1)
+    except OSError:
+        pass
+    try:
         info["load_avg_at_start"] = os.getloadavg()[0]
     except OSError:
         pass
-    import numpy
-
-    info["numpy"] = numpy.__version__
     return info
 
 
-def main() -> None:
+TARGETS = {1024: (15.0, None), 4096: (60.0, 2000.0)}  # issue 2: N -> (seconds, peak MB or None)
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """One verdict line per target size this run measured: N=1024 under 15 s; N=4096 under 60 s and 2 GB."""
+    out = []
+    for r in rows:
+        if r["n"] not in TARGETS:
+            continue
+        seconds, peak_mb = TARGETS[r["n"]]
+        met = r["ours_s"] < seconds and (peak_mb is None or r["ours_peak_mb"] < peak_mb)
+        want = f"under {seconds:g} s" + (f" and {peak_mb / 1000:g} GB" if peak_mb else "")
+        got = f"{r['ours_s']:.1f} s" + (f", {r['ours_peak_mb'] / 1000:.2f} GB peak" if peak_mb else "")
+        out.append(f"- N={r['n']} (d={r['d']}) {want}: measured {got}: {'met' if met else '**NOT met**'}")
+    return out or ["- neither target size (1024, 4096) was measured in this run"]
+
+
+def report(rows: list[dict], m: dict, cmd: str) -> str:
+    """The markdown report of one run: machine, the table, the naive pipeline's parts, the targets' verdicts."""
+    lines = ["# Benchmark: `analyze` vs a naive pipeline", "",
+             f"Written by `{cmd.strip()}` (`make bench` runs the default sizes into reports/benchmarks).", "",
+             f"Machine: {m['cpu']} ({m.get('simd', '?')}), {m['cpus']} CPUs, {m.get('memory_gb', '?')} GB; "
+             f"Python {m['python']}, numpy {m['numpy']}, BLAS {m['blas']}; "
+             f"load average at start {m.get('load_avg_at_start', float('nan')):.2f}.", "",
+             "Table: planted (grid coordinates through a random orthogonal map into d dims, plus Gaussian noise sd 2), "
+             "ground truth a square grid. Ours = `analyze()` with every default (1,000 permutations, 1,000 bootstrap "
+             "resamples, PCA + classical MDS + SMACOF, probe, neighbourhoods, chance level). Peak = max RSS of the process.", "",
+             "| N | d | ours (s) | ours peak (MB) | naive (s) | naive peak (MB) | naive / ours | naive loops projected |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['n']} | {r['d']} | {r['ours_s']:.1f} | {r['ours_peak_mb']:.0f} | {r['naive_s']:.0f} | "
+                     f"{r['naive_peak_mb']:.0f} | {r['ratio']:.1f}x | {r['naive_projected'] or 'none'} |")
+    lines += ["", "Naive pipeline, seconds per part:", ""]
+    for r in rows:
+        lines.append(f"- N={r['n']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["naive_parts"].items()))
+    lines += ["", "Targets (issue 2, at the default d=768):", *target_lines(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1024,4096")
     ap.add_argument("--dim", type=int, default=768)
@@ -175,7 +245,7 @@ def main() -> None:
     ap.add_argument("--child")
     ap.add_argument("--n", type=int)
     ap.add_argument("--budget", type=int)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         child(args.child, args.n, args.dim, args.budget)
         return
@@ -190,27 +260,7 @@ def main() -> None:
                      "naive_parts": naive["parts"], "rsa_spearman": ours["rsa_spearman"]})
         print(f"N={n}: ours {ours['seconds']:.1f}s ({ours['peak_rss_mb']:.0f} MB peak), naive {naive['seconds']:.1f}s "
               f"-> {rows[-1]['ratio']:.1f}x", flush=True)
-    m = machine()
-    lines = ["# Benchmark: `analyze` vs a naive pipeline", "",
-             "Regenerate: `.venv/bin/python analyses/benchmarks/bench_analyze.py` (or `make bench`).", "",
-             f"Machine: {m.get('cpu', '?')}, {m['cpus']} CPUs, {m.get('memory_gb', '?')} GB; Python {m['python']}, "
-             f"numpy {m['numpy']}; load average at start {m.get('load_avg_at_start', float('nan')):.2f}.", "",
-             "Table: planted (grid coordinates through a random orthogonal map into d dims, plus Gaussian noise sd 2), "
-             "ground truth a square grid. Ours = `analyze()` with every default (1,000 permutations, 1,000 bootstrap "
-             "resamples, PCA + classical MDS + SMACOF, probe, neighbourhoods, chance level). Peak = max RSS of the process.", "",
-             "| N | d | ours (s) | ours peak (MB) | naive (s) | naive peak (MB) | naive / ours | naive loops projected |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['n']} | {r['d']} | {r['ours_s']:.1f} | {r['ours_peak_mb']:.0f} | {r['naive_s']:.0f} | "
-                     f"{r['naive_peak_mb']:.0f} | {r['ratio']:.1f}x | {r['naive_projected'] or 'none'} |")
-    lines += ["", "Naive pipeline, seconds per part:", ""]
-    for r in rows:
-        lines.append(f"- N={r['n']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["naive_parts"].items()))
-    lines += ["", "Targets (issue 2): N=1024 under 15 s; N=4096 under 60 s with peak memory under 2 GB."]
-    sys.path.insert(0, str(HERE.parent))  # bench_io beside this script
-    from bench_io import write_results
-
-    md = write_results(args.out, "analyze", rows, "\n".join(lines) + "\n",
+    md = write_results(args.out, "analyze", rows, report(rows, machine(), command_line("bench_analyze.py", argv)),
                        fields=[k for k in rows[0] if k != "naive_parts"])
     print(f"wrote {md}")
 
