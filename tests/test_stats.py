@@ -174,6 +174,35 @@ def test_bootstrap_exact_kernel_matches_brute_force(h, w, decimals):
     assert res.high == pytest.approx(np.quantile(ref, 0.975), abs=1e-10)
 
 
+@pytest.mark.parametrize("decimals", [None, 0])
+def test_bootstrap_kernel_gives_the_same_bits_for_every_block_of_resamples(decimals):
+    # The kernel serves R resamples per pass over the pairs; each resample's arithmetic is that of a pass for it
+    # alone, so every R gives the same bits, padding resamples of the last block included (37 = 32 + 5, 64 - 27).
+    pe, gt = _grid_pair(5, 6, decimals=decimals, seed=3)
+    n = 30
+    counts = _counts(n, 37, seed=2)
+    c1, c2 = stats.RankCache(pe, n), stats.RankCache(gt, n)
+    one = kernels.bootstrap_spearman(counts, c1, c2, block=1)
+    assert one.shape == (37,) and np.isfinite(one).all()
+    for block in kernels.BOOTSTRAP_BLOCKS:
+        np.testing.assert_array_equal(kernels.bootstrap_spearman(counts, c1, c2, block=block), one)
+    ref = np.array([_resample_spearman(squareform(pe), squareform(gt), c) for c in counts])
+    np.testing.assert_allclose(one, ref, atol=1e-10)
+    with pytest.raises(ValueError, match="block must be one of"):
+        kernels.bootstrap_spearman(counts, c1, c2, block=3)
+    with pytest.raises(ValueError, match="whole numbers"):
+        kernels.bootstrap_spearman(counts + 0.5, c1, c2)
+
+
+def test_bootstrap_block_is_bounded_by_memory_and_by_the_resamples_per_thread():
+    assert kernels.bootstrap_block(1000, 1575, 2) == 64  # a 64x64 grid's distances: few tie groups
+    assert kernels.bootstrap_block(20, 1575, 2) == 8  # 10 resamples a thread
+    assert kernels.bootstrap_block(1, 1575, 2) == 1
+    assert kernels.bootstrap_block(1000, 4096 * 4095 // 2, 2) == 1  # tie-free coordinates: a row per resample
+    r = kernels.bootstrap_block(1000, 400_000, 2)
+    assert 2 * 8 * 400_000 * r <= kernels.BOOTSTRAP_BLOCK_BYTES < 2 * 8 * 400_000 * 2 * r
+
+
 def test_bootstrap_pearson_matches_brute_force():
     pe, gt = _grid_pair(4, 5, seed=2)
     counts = _counts(20, 20, seed=9)

@@ -1,5 +1,6 @@
-"""The analysis benchmark's report: its machine line names the CPU's SIMD level and BLAS kernels (timings from
-an AVX-512 and an AVX2 machine of one model name are not comparable), and its target lines judge what it measured."""
+"""The analysis benchmarks' reports: bench_analyze's machine line names the CPU's SIMD level and BLAS kernels
+(timings from an AVX-512 and an AVX2 machine of one model name are not comparable) and its target lines judge what
+it measured; bench_kernels times the compiled kernels against their plain forms and checks they agree."""
 
 import sys
 from pathlib import Path
@@ -50,3 +51,18 @@ def test_report_quotes_its_command_machine_rows_and_verdicts():
     assert "| 1024 | 768 | 4.6 | 328 | 460 | 328 | 100.0x | none |" in text
     assert "- N=1024: mantel 414.0" in text and "- N=1024 (d=768) under 15 s: measured 4.6 s: met" in text
 
+
+def test_bench_kernels_times_both_kernels_against_their_plain_forms_and_checks_they_agree(tmp_path):
+    import csv
+
+    import bench_kernels
+
+    argv = ["--n", "64", "--perms", "4", "--resamples", "8", "--rounds", "2", "--out", str(tmp_path)]
+    assert bench_kernels.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "kernels.csv")))
+    assert [r["form"] for r in rows][:3] == ["mantel plain", "mantel ours", "bootstrap block=1"]
+    assert rows[3]["form"].startswith("bootstrap block=")
+    assert all(float(r["best_ms_per_item"]) > 0 for r in rows)
+    assert float(rows[0]["x_baseline"]) == 1.0 and float(rows[2]["x_baseline"]) == 1.0
+    text = (tmp_path / "kernels.md").read_text()
+    assert "The bootstrap forms agree bitwise" in text and "| Mantel | mantel ours |" in text
