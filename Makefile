@@ -30,6 +30,7 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python analyses/benchmarks/bench_analyze.py
+	$(BIN)/python analyses/benchmarks/bench_kernels.py
 
 # training throughput (~25 min on 2 cores), the masked trainer (~4 min), malloc settings (~8 min), attention
 # kernels (~30 s) and the arithmetic check (~12 min); all rewrite reports/benchmarks/

@@ -106,18 +106,32 @@ def auto_n_null(n_pairs: int) -> int:
 
 
 class _Stages:
-    """Minimal progress display: one line per stage on a terminal, silent otherwise."""
+    """Progress of `analyze`'s stages: one line per stage on a terminal (silent otherwise), and each stage's
+    wall time, recorded always (provenance ``analysis.stage_seconds``: where a slow analysis spends it)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
         self.t0 = time.perf_counter()
+        self.current: str | None = None
+        self.started = self.t0
+        self.seconds: dict[str, float] = {}
+
+    def _close(self) -> None:
+        now = time.perf_counter()
+        if self.current is not None:
+            self.seconds[self.current] = round(self.seconds.get(self.current, 0.0) + now - self.started, 3)
+        self.started = now
 
     def __call__(self, name: str) -> None:
+        self._close()
+        self.current = name.split(" (")[0]  # "Mantel test (1000 permutations)" is recorded as "Mantel test"
         if self.enabled:
             sys.stderr.write(f"\r\x1b[K  [{time.perf_counter() - self.t0:6.1f}s] {name}...")
             sys.stderr.flush()
 
     def done(self) -> None:
+        self._close()
+        self.current = None
         if self.enabled:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
@@ -254,6 +268,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     if "umap" in methods:
         stage("UMAP")
         raw["umap"] = umap_embed(P, k, metric=pe_metric, seed=seed)
+    stage("alignment and PROTEST")
     perms = stats.all_permutations(n, n_perm) if n_perm else None  # exact PROTEST when N! <= n_perm, as Mantel
     exact_protest = perms is not None
     if n_perm and not exact_protest:
@@ -316,6 +331,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
             "allow_reflection": allow_reflection, "neighbours": neighbours or default_k(n),
             "neighbourhood_embedding": "cmds", "smacof_iterations": smacof_iter, "reference": ref_name,
             "rsa_p_statistic": "spearman", "seconds": round(time.time() - t_start, 3),
+            "stage_seconds": stage.seconds,
         },
         "versions": _versions(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -462,3 +462,15 @@ def test_the_few_resamples_note_starts_just_below_min_boot_ci():
     for n_boot, noted in ((MIN_BOOT_CI - 1, True), (MIN_BOOT_CI, False)):
         res = pe_probe.analyze(table, "grid:4x4", n_perm=0, n_boot=n_boot, n_null=0, methods="pca")
         assert any("bootstrap CI from only" in n for n in res.provenance.get("notes", [])) == noted, n_boot
+
+
+def test_provenance_records_each_stages_wall_time():
+    g = grid(6, 6).coords
+    res = pe_probe.analyze(g @ np.random.default_rng(1).normal(size=(2, 8)), "grid:6x6", n_perm=50, n_boot=50, n_null=2)
+    stages = res.provenance["analysis"]["stage_seconds"]
+    assert list(stages) == ["distances", "RSA", "Mantel test", "bootstrap CI", "recovery", "SMACOF",
+                            "alignment and PROTEST", "linear probe", "neighbourhoods", "chance level"]
+    assert all(v >= 0 for v in stages.values())
+    assert sum(stages.values()) <= res.provenance["analysis"]["seconds"] + 0.05
+    skipped = pe_probe.analyze(g, "grid:6x6", n_perm=0, n_boot=0, n_null=0, methods="pca").provenance["analysis"]["stage_seconds"]
+    assert "Mantel test" not in skipped and "bootstrap CI" not in skipped and "SMACOF" not in skipped

@@ -53,7 +53,8 @@ def run_ours(n: int, d: int) -> dict:
     t = time.perf_counter()
     res = analyze(table, gt)
     wall = time.perf_counter() - t
-    return {"seconds": wall, "rsa_spearman": res.metrics["rsa_spearman"], "recovery_cmds_r2": res.metrics["recovery_cmds_r2"]}
+    return {"seconds": wall, "rsa_spearman": res.metrics["rsa_spearman"], "recovery_cmds_r2": res.metrics["recovery_cmds_r2"],
+            "stages": res.provenance["analysis"]["stage_seconds"]}
 
 
 def run_naive(n: int, d: int, n_perm: int = 1000, n_boot: int = 1000, budget_iters: int | None = None) -> dict:
@@ -230,6 +231,9 @@ def report(rows: list[dict], m: dict, cmd: str) -> str:
     for r in rows:
         lines.append(f"| {r['n']} | {r['d']} | {r['ours_s']:.1f} | {r['ours_peak_mb']:.0f} | {r['naive_s']:.0f} | "
                      f"{r['naive_peak_mb']:.0f} | {r['ratio']:.1f}x | {r['naive_projected'] or 'none'} |")
+    lines += ["", "Ours, seconds per stage of `analyze` (its provenance's `stage_seconds`):", ""]
+    for r in rows:
+        lines.append(f"- N={r['n']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("ours_stages", {}).items()))
     lines += ["", "Naive pipeline, seconds per part:", ""]
     for r in rows:
         lines.append(f"- N={r['n']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["naive_parts"].items()))
@@ -257,11 +261,11 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"n": n, "d": args.dim, "ours_s": ours["seconds"], "ours_peak_mb": ours["peak_rss_mb"],
                      "naive_s": naive["seconds"], "naive_peak_mb": naive["peak_rss_mb"],
                      "ratio": naive["seconds"] / ours["seconds"], "naive_projected": "; ".join(naive["projected"]),
-                     "naive_parts": naive["parts"], "rsa_spearman": ours["rsa_spearman"]})
+                     "naive_parts": naive["parts"], "ours_stages": ours["stages"], "rsa_spearman": ours["rsa_spearman"]})
         print(f"N={n}: ours {ours['seconds']:.1f}s ({ours['peak_rss_mb']:.0f} MB peak), naive {naive['seconds']:.1f}s "
               f"-> {rows[-1]['ratio']:.1f}x", flush=True)
     md = write_results(args.out, "analyze", rows, report(rows, machine(), command_line("bench_analyze.py", argv)),
-                       fields=[k for k in rows[0] if k != "naive_parts"])
+                       fields=[k for k in rows[0] if k not in ("naive_parts", "ours_stages")])
     print(f"wrote {md}")
 
 

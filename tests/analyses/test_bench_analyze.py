@@ -30,6 +30,7 @@ def test_machine_reports_the_blas_library_and_the_cpu():
 def _row(n, seconds, peak_mb):
     return {"n": n, "d": 768, "ours_s": seconds, "ours_peak_mb": peak_mb, "naive_s": seconds * 100,
             "naive_peak_mb": peak_mb, "ratio": 100.0, "naive_projected": "", "naive_parts": {"mantel": seconds * 90},
+            "ours_stages": {"Mantel test": seconds / 2, "bootstrap CI": seconds / 4},
             "rsa_spearman": 0.9}
 
 
@@ -49,6 +50,7 @@ def test_report_quotes_its_command_machine_rows_and_verdicts():
     assert "Written by `python analyses/benchmarks/bench_analyze.py --sizes 1024`" in text
     assert "Machine: Some CPU (AVX2), 2 CPUs, 23.5 GB; Python 3.11.7, numpy 2.4.6, BLAS openblas 0.3.31 Haswell;" in text
     assert "| 1024 | 768 | 4.6 | 328 | 460 | 328 | 100.0x | none |" in text
+    assert "- N=1024: Mantel test 2.3, bootstrap CI 1.1" in text
     assert "- N=1024: mantel 414.0" in text and "- N=1024 (d=768) under 15 s: measured 4.6 s: met" in text
 
 
