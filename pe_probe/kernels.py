@@ -115,6 +115,12 @@ def bootstrap_block(n_resamples: int, n_groups2: int, n_threads: int) -> int:
     return 1
 
 
+def default_bootstrap_block(n_resamples: int, cache1, cache2) -> int:
+    """The block `bootstrap_spearman` uses by default for these rank caches: `bootstrap_block` of the vector with
+    fewer tie groups (the one whose groups are looked up), at numba's thread count."""
+    return bootstrap_block(n_resamples, min(cache1.n_groups, cache2.n_groups), _numba().get_num_threads())
+
+
 def _bootstrap_kernel(R: int):
     """The compiled exact-Spearman bootstrap for blocks of ``R`` resamples (R a compile-time constant, so the
     per-resample accumulators live in vector registers; one cached compilation per R)."""
@@ -236,7 +242,7 @@ def bootstrap_spearman(counts: np.ndarray, cache1, cache2, block: int | None = N
         raise ValueError("counts must be resample counts: whole numbers from 0 to 2^24 (held exactly in float32)")
     n_res = counts.shape[0]
     if block is None:
-        block = bootstrap_block(n_res, cache2.n_groups, _numba().get_num_threads())
+        block = default_bootstrap_block(n_res, cache1, cache2)
     if block not in BOOTSTRAP_BLOCKS:
         raise ValueError(f"block must be one of {BOOTSTRAP_BLOCKS}, got {block!r}")
     padded = -(-n_res // block) * block  # all-zero resamples fill the last block (NaN, dropped)

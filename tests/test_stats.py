@@ -291,3 +291,12 @@ def test_bootstrap_ci_leaves_out_resamples_without_a_correlation():
     good = ref[np.isfinite(ref)]
     assert res.low == pytest.approx(np.quantile(good, 0.025), abs=1e-10)
     assert res.high == pytest.approx(np.quantile(good, 0.975), abs=1e-10)
+
+
+def test_default_bootstrap_block_follows_the_vector_with_fewer_tie_groups():
+    pe, gt = _grid_pair(5, 6, seed=3)  # a grid's distances have few values; the table's are all distinct
+    c_pe, c_gt = stats.RankCache(pe, 30), stats.RankCache(gt, 30)
+    threads = kernels._numba().get_num_threads()
+    expected = kernels.bootstrap_block(1000, c_gt.n_groups, threads)
+    assert c_gt.n_groups < c_pe.n_groups
+    assert kernels.default_bootstrap_block(1000, c_pe, c_gt) == kernels.default_bootstrap_block(1000, c_gt, c_pe) == expected

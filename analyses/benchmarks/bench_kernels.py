@@ -74,7 +74,8 @@ def inputs(n: int, n_perm: int, n_boot: int, seed: int = 0) -> dict:
             "perms": perms, "counts": counts, "c1": stats.RankCache(pe_d, n, pe_o), "c2": stats.RankCache(gt_d, n, gt_o)}
 
 
-def best_of(fn, rounds_out: list[float]) -> None:
+def time_once(fn, rounds_out: list[float]) -> None:
+    """Run ``fn`` once and append its wall time to ``rounds_out`` (one round of one case)."""
     t = time.perf_counter()
     fn()
     rounds_out.append(time.perf_counter() - t)
@@ -92,15 +93,14 @@ def main(argv: list[str] | None = None) -> int:
 
     x = inputs(args.n, args.perms, args.resamples)
     plain = plain_mantel_kernel()
-    block = kernels.bootstrap_block(args.resamples, min(x["c1"].n_groups, x["c2"].n_groups),
-                                    kernels._numba().get_num_threads())
+    block = kernels.default_bootstrap_block(args.resamples, x["c1"], x["c2"])  # the default for this many resamples
     cases = {  # name -> (what, per, fn)
         "mantel plain": ("Mantel", args.perms, lambda: plain(x["A"], x["B"], x["perms"])),
         "mantel ours": ("Mantel", args.perms, lambda: kernels.permuted_upper_dots(x["A"], x["B"], x["perms"])),
         "bootstrap block=1": ("bootstrap", args.resamples,
                               lambda: kernels.bootstrap_spearman(x["counts"], x["c1"], x["c2"], block=1)),
         f"bootstrap block={block}": ("bootstrap", args.resamples,
-                                     lambda: kernels.bootstrap_spearman(x["counts"], x["c1"], x["c2"])),
+                                     lambda: kernels.bootstrap_spearman(x["counts"], x["c1"], x["c2"], block=block)),
     }
     results = {k: f() for k, (_, _, f) in cases.items()}  # compile, and the answers to compare
     names = list(cases)
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {k: [] for k in cases}
     for r in range(args.rounds):
         for k, (_, _, f) in cases.items():
-            best_of(f, times[k])
+            time_once(f, times[k])
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {times[k][-1]:.2f}s" for k in cases), flush=True)
     rows = []
     for k, (what, per, _) in cases.items():
