@@ -139,6 +139,13 @@ def check_cuda_graphs(device: torch.device, cuda_graphs: bool) -> None:
         raise InputError(f"--cuda-graphs needs a CUDA device (got {device.type}); use --device cuda, or --compile on the CPU")
 
 
+# torch.compile's mode for a plain --compile (None: its default). An experiment hook for the GPU benchmarks
+# (`analyses/benchmarks/profile_step.py --compile-mode`): "max-autotune-no-cudagraphs" lets Inductor time its own
+# Triton matrix-product templates against cuBLAS and fuse bias / GELU epilogues into them, at a compile cost
+# measured in minutes.
+COMPILE_MODE: str | None = None
+
+
 def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs: bool = False) -> tuple[Callable, Callable[[], None]]:
     """The training step's function as it runs (eager, `torch.compile`d, or compiled with CUDA graphs)
     and what to call before each step (marks a new CUDA-graph iteration; nothing otherwise).
@@ -152,7 +159,7 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
     # compile a graph dynamic in the batch size, which Dynamo then runs for every later full batch too.
     if cuda_graphs:
         return torch.compile(fn, mode="reduce-overhead", dynamic=False), torch.compiler.cudagraph_mark_step_begin
-    return (torch.compile(fn, dynamic=False) if compile else fn), lambda: None
+    return (torch.compile(fn, dynamic=False, mode=COMPILE_MODE) if compile else fn), lambda: None
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# One prepared GPU check for issue 7, sized for a 15-minute GPU lease (at most 9.6 minutes of work:
-# 70 + 70 + 150 + 100 + 185 s):
+# One prepared GPU check for issue 7, sized for a 15-minute GPU lease: every step runs under its own limit
+# and under one deadline for the whole script (BUDGET seconds, default 560, so one device call of
+# timeout_s=590 always returns with what was measured). Steps, most needed first:
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
-#      train): wall vs GPU-busy time, kernels per step, top kernels, and the top operators by input shape
-#      (which tensors the step's copies move: 14% of its GPU time in the second session, 19-20 strided bf16
-#      copies per step, one per baddbmm: the broadcast bias filling each product's output); then the same
-#      with --bias-in-product (baddbmm/profile_cuda.md: the linear layers as baddbmm again, as in the first
-#      two sessions): the A/B of `trainers.ensemble._linear`'s product-then-add, measured in one lease;
+#      train) as the trainers now run it (each linear layer a bmm and a separate bias add, since the third
+#      session's reading of the copies): wall vs GPU-busy time, kernels per step, top kernels, and the top
+#      operators by input shape;
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
 #      real trainer (bf16, compiled) for 4 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
-#   4. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
-#      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios
-#      to the naive loop measured in this run (rewritten after every configuration: a timeout keeps what was
-#      measured);
-#   5. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
+#   4. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
 #      attention, TF32 products, ensemble == solo, bf16 / compile / CUDA-graph / TF32 runs of the LST and
-#      masked trainers), on 4 pytest-xdist workers where the image has xdist.
+#      masked trainers), on 4 pytest-xdist workers where the image has xdist;
+#   5. baddbmm/profile_cuda.md : the same step with --bias-in-product (each linear layer as baddbmm, the form
+#      of the first two sessions): the A/B of `trainers.ensemble._linear`, measured in one lease;
+#   6. experiments, profile_step.py on the same step, each in its own folder: bf16res/ (LayerNorm outputs in
+#      bf16: what autocast's float32 residual stream costs) and autotune/ (torch.compile's
+#      max-autotune-no-cudagraphs: Inductor's Triton GEMM templates with fused epilogues; at most 200 s, which
+#      it may not compile in: the second session's attempt did not within 190 s);
+#   7. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
+#      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios to the
+#      naive loop measured in this run (rewritten after every configuration: a timeout keeps what was
+#      measured); last, with what is left: the second session measured it at 44.2x.
 #   The earlier sessions are in reports/benchmarks/gpu_session.md.
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
@@ -47,12 +52,26 @@ fi
 # on a loaded machine (its steps take seconds, but 2 cores shared with other jobs can slow them 10x)
 SCALE=1
 [ "$DEVICE" = cpu ] && SCALE=5
+BUDGET=${BUDGET:-560}  # seconds for the whole script: each step's limit is cut to what is left of it
+[ "$DEVICE" = cpu ] && BUDGET=${BUDGET_CPU:-100000}
+START=$SECONDS
+limit() {  # limit SECONDS: the step's own limit (x SCALE), or what is left of BUDGET if less
+  local want=$(($1 * SCALE)) left=$((BUDGET - (SECONDS - START)))
+  [ "$left" -lt "$want" ] && want=$left
+  echo $((want > 0 ? want : 0))
+}
+run_step() {  # run_step SECONDS LOG COMMAND...: the command under its limit, output to the screen and LOG;
+  # a step with under 15 s left is skipped (exit 125); its exit code is the step's
+  local secs; secs=$(limit "$1"); local log=$2; shift 2
+  if [ "$secs" -lt 15 ]; then echo "skipped: ${secs} s left of the ${BUDGET} s budget" | tee "$log"; return 125; fi
+  timeout "$secs" "$@" 2>&1 | tee "$log"
+}
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && [ "$DEVICE" != cpu ] && XDIST=(-n 4)
 pack() {  # after every step: one archive (the device tool returns at most 8 files)
   tar czf "$OUT_DIR/gpu_session.tgz" -C "$FILES" . 2>/dev/null
   { cat "$FILES/machine.txt"; echo; grep -h -E "passed|failed|error" "$FILES/cuda_tests.log" 2>/dev/null | tail -3
-    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/baddbmm/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
+    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/*/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
     for f in "$FILES"/sweep*.md; do [ -f "$f" ] && { echo; sed -n '/^| part/,/^$/p' "$f"; }; done
   } > "$OUT_DIR/summary.txt"
 }
@@ -60,20 +79,29 @@ pack() {  # after every step: one archive (the device tool returns at most 8 fil
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$FILES/machine.txt" 2>&1
 pack
 # the compiled K = 300 bf16 step first: the number the sweep projection needs, whatever else is reached
-timeout $((70 * SCALE)) "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES" 2>&1 | tee "$FILES/profile.log"
+run_step 70 "$FILES/profile.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES"
 profile=$?
 pack
-timeout $((70 * SCALE)) "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bias-in-product --out "$FILES/baddbmm" 2>&1 | tee "$FILES/profile_baddbmm.log"
-pack
-timeout $((150 * SCALE)) "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES" 2>&1 | tee "$FILES/sweep.log"
+run_step 150 "$FILES/sweep.log" "$PY" analyses/benchmarks/bench_sweep.py "${SWEEP[@]}" --out "$FILES"
 sweep=$?
 pack
-timeout $((100 * SCALE)) "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES" 2>&1 | tee "$FILES/bench.log"
+# -v: one line per test as it ends, so a run cut off by the timeout still says which passed
+run_step 185 "$FILES/cuda_tests.log" "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py
+tests=$?
+pack
+run_step 70 "$FILES/profile_baddbmm.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bias-in-product --out "$FILES/baddbmm"
+baddbmm=$?
+pack
+run_step 70 "$FILES/profile_bf16res.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bf16-residual --out "$FILES/bf16res"
+bf16res=$?
+pack
+run_step 200 "$FILES/profile_autotune.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --compile-mode max-autotune-no-cudagraphs --out "$FILES/autotune"
+autotune=$?
+pack
+run_step 100 "$FILES/bench.log" "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES"
 bench=$?
 pack
-# -v: one line per test as it ends, so a run cut off by the timeout still says which passed
-timeout $((185 * SCALE)) "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py 2>&1 | tee "$FILES/cuda_tests.log"
-tests=$?
-echo "profile exit $profile, sweep exit $sweep, benchmark exit $bench, cuda tests exit $tests" | tee -a "$FILES/machine.txt"
+echo "profile exit $profile, sweep exit $sweep, cuda tests exit $tests, benchmark exit $bench; experiments: baddbmm exit $baddbmm," \
+     "bf16 residual exit $bf16res, max-autotune exit $autotune (124: cut at its limit, 125: skipped); $((SECONDS - START)) s" | tee -a "$FILES/machine.txt"
 pack
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$profile" = 0 ] && [ "$sweep" = 0 ]

@@ -167,6 +167,33 @@ def _bias_in_product() -> None:
     trainers.ensemble.BIAS_IN_PRODUCT_DEVICES = frozenset({"cpu", "cuda"})
 
 
+def _bf16_residual() -> None:
+    """The ensemble's LayerNorms return the autocast dtype (bf16) instead of float32 (an experiment flag): under
+    autocast LayerNorm runs in float32, so the post-LN residual stream (every block's input, its residual and
+    the tensors saved for the backward pass) is float32, twice the bytes of the bf16 products around it. Here
+    the normalisation still computes in float32 and only its output is rounded to bf16, as pure-bf16 training
+    keeps activations; the residual sums then round to bf16 too. Not the trainers' arithmetic: it measures
+    what the float32 stream costs the step."""
+    import trainers.ensemble
+
+    plain = trainers.ensemble._layer_norm
+
+    def layer_norm_in_autocast_dtype(x, w, b):
+        y = plain(x, w, b)
+        if torch.is_autocast_enabled(x.device.type):
+            return y.to(torch.get_autocast_dtype(x.device.type))
+        return y
+
+    trainers.ensemble._layer_norm = layer_norm_in_autocast_dtype
+
+
+def _compile_mode(mode: str) -> None:
+    """torch.compile's ``mode`` for the compiled configurations (an experiment flag; `trainers.train.COMPILE_MODE`)."""
+    import trainers.train
+
+    trainers.train.COMPILE_MODE = mode
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -193,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
                         "each output with the broadcast bias before the product, instead of a product and a "
                         "separate add (the CPU's form anyway; rows tagged '+baddbmm'; run with and without it "
                         "to compare)")
+    p.add_argument("--bf16-residual", action="store_true",
+                   help="experiment: the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the "
+                        "post-LN residual stream is stored in bf16 rather than autocast's float32 (rows tagged "
+                        "'+bf16-residual'; not the trainers' arithmetic: what the float32 stream costs)")
+    p.add_argument("--compile-mode", default=None,
+                   choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
+                   help="experiment: torch.compile's mode for the compiled configurations (rows tagged "
+                        "'+MODE'); max-autotune times Inductor's Triton matrix-product templates against cuBLAS "
+                        "and fuses bias / GELU epilogues into them, compiling for minutes")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
@@ -202,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         _contiguous_weights()
     if args.bias_in_product:
         _bias_in_product()
+    if args.bf16_residual:
+        _bf16_residual()
+    if args.compile_mode:
+        _compile_mode(args.compile_mode)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -231,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             row["config"] += "+contiguous-w"
         if args.bias_in_product:
             row["config"] += "+baddbmm"
+        if args.bf16_residual:
+            row["config"] += "+bf16-residual"
+        if args.compile_mode and "compile" in config:
+            row["config"] += "+" + args.compile_mode
         rows.append(row)
         tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "

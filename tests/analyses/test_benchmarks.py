@@ -205,12 +205,36 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
         names = {Path(n).name for n in tar.getnames()}
         machine = tar.extractfile("./machine.txt").read().decode()
         tests_log = tar.extractfile("./cuda_tests.log").read().decode()
+        experiments = {n for n in tar.getnames() if n.endswith("/profile.md")}
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
             "profile.md", "sweep.log", "sweep.csv", "sweep.md"} <= names
-    assert "profile exit 0, sweep exit 0, benchmark exit 0, cuda tests exit 0" in machine
+    assert {"./baddbmm/profile.md", "./bf16res/profile.md", "./autotune/profile.md"} <= experiments
+    assert ("profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiments: baddbmm exit 0, "
+            "bf16 residual exit 0, max-autotune exit 0") in machine
     assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
     summary = (tmp_path / "summary.txt").read_text()
     assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
+    assert "| ensemble+baddbmm |" in summary and "| ensemble+bf16-residual |" in summary
+
+
+def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(tmp_path):
+    """One deadline for the whole script: a lease's call must return with what was measured, so a step is cut
+    at what is left of the budget and the steps after it are skipped (exit 125), not started."""
+    import os
+    import subprocess
+    import time
+
+    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "BUDGET_CPU": "16"}
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert time.monotonic() - t0 < 120  # the budget, plus start-up and packing; unbudgeted it runs for minutes
+    assert res.returncode != 0  # the needed steps did not all run
+    with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
+        machine = tar.extractfile("./machine.txt").read().decode()
+        skipped = tar.extractfile("./profile_autotune.log").read().decode()
+    assert "max-autotune exit 125" in machine and "benchmark exit 125" in machine
+    assert skipped.startswith("skipped:") and "of the 16 s budget" in skipped
 
 
 def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_path, monkeypatch):
@@ -245,9 +269,42 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     badd = (tmp_path / "baddbmm" / "profile.md").read_text()
     assert "aten::baddbmm" in badd and "| ensemble+baddbmm | 16 | 2 |" in badd
     assert trainers.ensemble.BIAS_IN_PRODUCT_DEVICES == {"cpu", "cuda"}
+    # --bf16-residual: the LayerNorms return the autocast dtype (a no-op outside autocast)
+    monkeypatch.setattr(trainers.ensemble, "_layer_norm", trainers.ensemble._layer_norm)
+    assert profile_step.main(argv[:-2] + ["--configs", "ensemble", "--bf16-residual",
+                                          "--out", str(tmp_path / "bf16res")]) == 0
+    assert "| ensemble+bf16-residual | 16 | 2 |" in (tmp_path / "bf16res" / "profile.md").read_text()
+    x, w, b = torch.randn(2, 3, 8), torch.randn(2, 8), torch.randn(2, 8)
+    assert trainers.ensemble._layer_norm(x, w, b).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = trainers.ensemble._layer_norm(x, w, b)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), torch.nn.functional.layer_norm(x, (8,)) * w[:, None] + b[:, None],
+                               rtol=1e-2, atol=2e-2)
     with pytest.raises(SystemExit):
         profile_step.main(["--configs", "single,nope", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+def test_profile_step_compile_mode_reaches_torch_compile_and_tags_compiled_rows_only(tmp_path, monkeypatch):
+    """--compile-mode sets `trainers.train.COMPILE_MODE`, which `compiled_step` hands to torch.compile."""
+    import profile_step
+
+    import trainers.train
+
+    monkeypatch.setattr(trainers.train, "COMPILE_MODE", None)
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)  # no compilation: eager
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble,ensemble-compile",
+            "--compile-mode", "max-autotune-no-cudagraphs", "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    # the compiled configuration only (twice on the CPU: the timed copy and the per-kernel profiled one)
+    assert seen and all(kw == {"dynamic": False, "mode": "max-autotune-no-cudagraphs"} for kw in seen)
+    configs = [r["config"] for r in csv.DictReader(open(tmp_path / "profile.csv"))]
+    assert configs == ["ensemble", "ensemble-compile+max-autotune-no-cudagraphs"]
+    trainers.train.COMPILE_MODE = None
+    trainers.train.compiled_step(lambda: None, torch.device("cpu"), compile=True)
+    assert seen[-1] == {"dynamic": False, "mode": None}  # the trainers' default: torch's default mode
 
 
 @pytest.mark.slow
