@@ -2,6 +2,7 @@
 
 import argparse
 import csv
+import math
 import sys
 import tarfile
 from pathlib import Path
@@ -286,6 +287,25 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
     assert not (tmp_path / "bad").exists()
 
 
+def test_device_busy_time_leaves_out_the_gpus_user_annotations():
+    """A compiled step's graph annotations span its kernels on the device timeline: counting them doubled
+    the busy time of the third GPU session's profiles (66.3 ms in a 35.6 ms step)."""
+    from types import SimpleNamespace
+
+    import profile_step
+    from torch.autograd import DeviceType
+
+    def event(device_type, us, annotation=False):
+        return SimpleNamespace(device_type=device_type, device_time_total=us, is_user_annotation=annotation)
+
+    events = [event(DeviceType.CUDA, 300.0), event(DeviceType.CUDA, 200.0), event(DeviceType.CPU, 999.0),
+              event(DeviceType.CUDA, 500.0, annotation=True)]  # "## Call CompiledFxGraph ... ##"
+    prof = SimpleNamespace(events=lambda: events)
+    assert profile_step.device_events(prof, torch.device("cuda")) == (500.0, 2)
+    busy, n = profile_step.device_events(prof, torch.device("cpu"))
+    assert math.isnan(busy) and n == 0
+
+
 def test_profile_step_compile_mode_reaches_torch_compile_and_tags_compiled_rows_only(tmp_path, monkeypatch):
     """--compile-mode sets `trainers.train.COMPILE_MODE`, which `compiled_step` hands to torch.compile."""
     import profile_step
@@ -440,3 +460,44 @@ def test_bench_sweep_refuses_a_used_runs_folder_and_too_few_epochs(tmp_path, cap
         with pytest.raises(SystemExit) as e:
             bench_sweep.main(argv + ["--no-write"])
         assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+AUTOTUNE_LOG = """Autotune Choices Stats:
+{"num_choices": 3}
+AUTOTUNE bmm(300x2048x160, 300x160x640)
+strides: [327680, 160, 1], [102400, 640, 1]
+dtypes: torch.bfloat16, torch.bfloat16
+  bmm 0.3000 ms 100.0% 
+  triton_bmm_89 0.4500 ms 66.7% ACC_TYPE='tl.float32', BLOCK_K=32
+SingleProcess AUTOTUNE benchmarking takes 7.4 seconds
+AUTOTUNE bmm(38400x16x16, 38400x16x160)
+strides: [256, 16, 1], [7680, 480, 1]
+dtypes: torch.float32, torch.float32
+  triton_bmm_52 0.1000 ms 100.0% ACC_TYPE='tl.float32'
+  triton_bmm_53 0.2000 ms 50.0% ACC_TYPE='tl.float32'
+AUTOTUNE mm(64x32, 32x16)
+  mm 0.0100 ms 100.0%
+"""
+
+
+def test_autotune_log_table_names_each_products_winner_and_rate(tmp_path, capsys):
+    import autotune_log
+
+    rows = autotune_log.summarize(AUTOTUNE_LOG)
+    assert [r["shape"] for r in rows] == ["300x2048x160 @ 300x160x640", "38400x16x16 @ 38400x16x160"]  # not mm
+    big, small = rows
+    assert big["winner"] == "cuBLAS" and big["cublas_ms"] == 0.3 and big["triton_ms"] == 0.45
+    assert big["gflop"] == pytest.approx(2 * 300 * 2048 * 160 * 640 / 1e9)
+    assert big["tflops"] == pytest.approx(big["gflop"] / 0.3)  # GFLOP per ms = TFLOP/s
+    assert small["winner"] == "Triton" and small["cublas_ms"] is None and small["dtype"] == "float32"
+    log = tmp_path / "autotune.log"
+    log.write_text(AUTOTUNE_LOG)
+    assert autotune_log.main([str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "| bmm 300x2048x160 @ 300x160x640 | bfloat16 | 125.8 | 0.3000 | 0.4500 | cuBLAS | 419 |" in out
+    assert "| bmm 38400x16x16 @ 38400x16x160 | float32 | 3.1 |  | 0.1000 | Triton | 31 |" in out
+    (tmp_path / "empty.log").write_text("no autotuning here\n")
+    for bad in (tmp_path / "missing.log", tmp_path / "empty.log"):
+        with pytest.raises(SystemExit) as e:
+            autotune_log.main([str(bad)])
+        assert e.value.code == 2
