@@ -51,6 +51,14 @@ def uses_math_attention(q: Tensor, k: Tensor) -> bool:
     return k.shape[-2] <= MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU and torch.compiler.is_compiling()
 
 
+def logits_product(q: Tensor, k: Tensor) -> Tensor:
+    """q k^T in float32, or in q's dtype if wider: (..., Tq, hs), (..., T, hs) -> (..., Tq, T). One function so
+    that a GPU benchmark can try another form of this product (`analyses/benchmarks/profile_step.py
+    --bf16-logits`: bf16 inputs, float32 output)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    return q.to(dtype) @ k.to(dtype).transpose(-2, -1)
+
+
 def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
                       scale: float | None = None) -> Tensor:
     """softmax(q k^T * scale + mask) in float32 (or q's dtype if wider), the weights
@@ -64,9 +72,8 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
     attention output's mean error of SDPA's own bf16 kernel (tests/trainers/test_model.py).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    dtype = torch.promote_types(q.dtype, torch.float32)
     with torch.autocast(q.device.type, enabled=False):
-        logits = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale
+        logits = logits_product(q, k) * scale
     if is_causal:
         Tq, T = logits.shape[-2:]
         logits = logits.masked_fill(torch.ones(Tq, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))

@@ -4,25 +4,23 @@
 # timeout_s=590 always returns with what was measured). Steps, most needed first:
 #   1. machine.txt    : nvidia-smi and torch's view of the device;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
-#      train) as the trainers now run it (each linear layer a bmm and a separate bias add, since the third
-#      session's reading of the copies): wall vs GPU-busy time, kernels per step, top kernels, and the top
-#      operators by input shape;
+#      train) as the trainers run it: wall vs GPU-busy time, kernels per step, the top 60 kernels, and the
+#      top operators by input shape (the third lease listed 15, which left ~10 ms of its 35.6 ms unnamed);
 #   3. sweep_cuda.md/.csv, sweep.log : the paper sweep's 300 learned-PE runs as one batched group through the
 #      real trainer (bf16, compiled) for 4 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
 #   4. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
 #      attention, TF32 products, ensemble == solo, bf16 / compile / CUDA-graph / TF32 runs of the LST and
 #      masked trainers), on 4 pytest-xdist workers where the image has xdist;
-#   5. baddbmm/profile_cuda.md : the same step with --bias-in-product (each linear layer as baddbmm, the form
-#      of the first two sessions): the A/B of `trainers.ensemble._linear`, measured in one lease;
-#   6. experiments, profile_step.py on the same step, each in its own folder: bf16res/ (LayerNorm outputs in
-#      bf16: what autocast's float32 residual stream costs) and autotune/ (torch.compile's
-#      max-autotune-no-cudagraphs: Inductor's Triton GEMM templates with fused epilogues; at most 200 s, which
-#      it may not compile in: the second session's attempt did not within 190 s);
-#   7. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
+#   5. bf16logits/profile_cuda.md : the same step with the experiment --bf16-logits (the attention logits as a
+#      bf16 product written in float32 instead of a float32 product: the third lease's lead), checked against
+#      the float32 product before it is timed;
+#   6. train_cuda.md/.csv, bench.log : the training benchmark at the study's d_model 160, one round: the naive
 #      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios to the
 #      naive loop measured in this run (rewritten after every configuration: a timeout keeps what was
-#      measured); last, with what is left: the second session measured it at 44.2x.
+#      measured).
+#   The third lease's experiments (--bias-in-product, --bf16-residual, --compile-mode) are measured
+#   (reports/benchmarks/gpu_session.md) and no longer run here; profile_step.py keeps their flags.
 #   The earlier sessions are in reports/benchmarks/gpu_session.md.
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
@@ -45,7 +43,7 @@ if [ "$DEVICE" = cpu ]; then
 else
   BENCH=(--device cuda --d-models 160 --ks 300 --compile-ks 300 --steps 30 --rounds 1 --no-tf32
          --only single,ensemble-300-bf16,ensemble-300-bf16-compile)
-  PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile --shapes)
+  PROFILE=(--device cuda --d-model 160 --k 300 --steps 5 --warmup 3 --configs ensemble-bf16-compile --shapes --top 60)
   SWEEP=(--device cuda --bf16 --compile --epochs 4)
 fi
 # the per-step limits keep a lease's 10-minute call whole; the CPU smoke test only needs them not to bite
@@ -89,19 +87,13 @@ pack
 run_step 185 "$FILES/cuda_tests.log" "$PY" -m pytest -v "${XDIST[@]}" --durations=0 -p no:cacheprovider tests/trainers/test_cuda.py
 tests=$?
 pack
-run_step 70 "$FILES/profile_baddbmm.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bias-in-product --out "$FILES/baddbmm"
-baddbmm=$?
-pack
-run_step 70 "$FILES/profile_bf16res.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bf16-residual --out "$FILES/bf16res"
-bf16res=$?
-pack
-run_step 200 "$FILES/profile_autotune.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --compile-mode max-autotune-no-cudagraphs --out "$FILES/autotune"
-autotune=$?
+run_step 70 "$FILES/profile_bf16logits.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --bf16-logits --out "$FILES/bf16logits"
+bf16logits=$?
 pack
 run_step 100 "$FILES/bench.log" "$PY" analyses/benchmarks/bench_train.py "${BENCH[@]}" --out "$FILES"
 bench=$?
 pack
-echo "profile exit $profile, sweep exit $sweep, cuda tests exit $tests, benchmark exit $bench; experiments: baddbmm exit $baddbmm," \
-     "bf16 residual exit $bf16res, max-autotune exit $autotune (124: cut at its limit, 125: skipped); $((SECONDS - START)) s" | tee -a "$FILES/machine.txt"
+echo "profile exit $profile, sweep exit $sweep, cuda tests exit $tests, benchmark exit $bench; experiment: bf16 logits exit" \
+     "$bf16logits (124: cut at its limit, 125: skipped); $((SECONDS - START)) s" | tee -a "$FILES/machine.txt"
 pack
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$profile" = 0 ] && [ "$sweep" = 0 ]

@@ -31,10 +31,11 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 from bench_io import command_line, device_suffix, machine, sync, timed, write_results  # noqa: E402
+from trainers.model import logits_product as float32_logits_product  # noqa: E402  (before any --bf16-logits patch)
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
 OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
-TOP = 15  # operators listed per configuration
+TOP = 15  # operators listed per configuration (--top)
 
 
 def build(config: str, d: int, k: int, device: torch.device):
@@ -81,7 +82,7 @@ def fresh_compile(on: bool, kernel_profile: bool):
 
 
 def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, warmup: int,
-                shapes: bool = False) -> tuple[dict, str]:
+                shapes: bool = False, top: int = TOP) -> tuple[dict, str]:
     from torch.profiler import ProfilerActivity, profile
 
     per_kernel = device.type == "cpu" and "compile" in config
@@ -112,10 +113,10 @@ def profile_one(config: str, d: int, k: int, device: torch.device, steps: int, w
            "kernels_per_step": round(kernels / steps, 1) if kernels else "",
            "peak_device_mib": round(torch.cuda.max_memory_allocated() / 2**20) if device.type == "cuda" else ""}
     sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=TOP, max_name_column_width=60)
+    table = prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60)
     if shapes:  # the same operators split by their inputs' shapes: which tensors the copies and products move
-        table += (f"\nBy input shapes (top {TOP}):\n"
-                  + prof.key_averages(group_by_input_shape=True).table(sort_by=sort, row_limit=TOP, max_name_column_width=40,
+        table += (f"\nBy input shapes (top {top}):\n"
+                  + prof.key_averages(group_by_input_shape=True).table(sort_by=sort, row_limit=top, max_name_column_width=40,
                                                                       max_shapes_column_width=120))
     return row, table
 
@@ -125,7 +126,7 @@ def stem(device: torch.device) -> str:
     return "profile" + device_suffix(device)
 
 
-def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv) -> str:
+def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv, top: int = TOP) -> str:
     lines = ["# Where a training step's time goes", "",
              f"Written by `{command_line('profile_step.py', argv).strip()}` (raw numbers: `{stem(device)}.csv`). "
              "`wall` is a timed step; `device busy` sums the device's kernels and copies in the profiled steps "
@@ -142,7 +143,7 @@ def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv)
                      f"{r['puzzles_per_s']:.0f} | {r['device_busy_ms_per_step']} | {r['device_busy_fraction']} | "
                      f"{r['kernels_per_step']} | {r['peak_device_mib']} |")
     for config, table in tables.items():
-        lines += ["", f"## {config}: top {TOP} operators", "", "```", table.rstrip(), "```"]
+        lines += ["", f"## {config}: top {top} operators", "", "```", table.rstrip(), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -192,6 +193,45 @@ def _bf16_residual() -> None:
     trainers.ensemble._layer_norm = layer_norm_in_autocast_dtype
 
 
+def half_logits_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q k^T of bf16 / fp16 CUDA inputs as one half-precision batched product that accumulates and writes
+    float32 (``torch.bmm(..., out_dtype=torch.float32)``, a CUDA-only kernel); anything else as
+    `trainers.model.logits_product`. The products of two bf16 numbers are exact in float32, so the logits
+    equal the float32 product's but for the order of the sums; the float32 product at the study's 16 tokens
+    ran at 7 TFLOP/s on the H200 (reports/benchmarks/gpu_session.md)."""
+    if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype:
+        return float32_logits_product(q, k)
+    *lead, tq, hs = q.shape
+    out = torch.bmm(q.reshape(-1, tq, hs), k.reshape(-1, k.shape[-2], hs).transpose(1, 2), out_dtype=torch.float32)
+    return out.view(*lead, tq, k.shape[-2])
+
+
+def check_half_logits(device: torch.device, tol: float = 1e-4) -> float:
+    """Largest relative difference between `half_logits_product` and the float32 product, logits and both
+    input gradients, on fresh random bf16 inputs of the training step's attention shape; raises past ``tol``."""
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k = (torch.randn(512, 1, 16, 160, device=device, generator=g).bfloat16().requires_grad_() for _ in range(2))
+    w = torch.randn(512, 1, 16, 16, device=device, generator=g)
+    worst = 0.0
+    outs = []
+    for fn in (half_logits_product, float32_logits_product):
+        y = fn(q, k)
+        gq, gk = torch.autograd.grad((y * w).sum(), (q, k))
+        outs.append((y.float(), gq.float(), gk.float()))
+    for a, b in zip(*outs):
+        worst = max(worst, ((a - b).norm() / b.norm()).item())
+    if not worst <= tol:
+        raise RuntimeError(f"--bf16-logits: the product differs from the float32 one by {worst:.2e} (> {tol:g})")
+    return worst
+
+
+def _bf16_logits() -> None:
+    """The attention logits as `half_logits_product` (an experiment flag; `trainers.model.logits_product`)."""
+    import trainers.model
+
+    trainers.model.logits_product = half_logits_product
+
+
 def _compile_mode(mode: str) -> None:
     """torch.compile's ``mode`` for the compiled configurations (an experiment flag; `trainers.train.COMPILE_MODE`)."""
     import trainers.train
@@ -229,14 +269,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="experiment: the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the "
                         "post-LN residual stream is stored in bf16 rather than autocast's float32 (rows tagged "
                         "'+bf16-residual'; not the trainers' arithmetic: what the float32 stream costs)")
+    p.add_argument("--bf16-logits", action="store_true",
+                   help="experiment: the attention logits q k^T as one bf16 batched product that accumulates and "
+                        "writes float32 (torch.bmm out_dtype, CUDA only) instead of a float32 product of the "
+                        "upcast bf16 q and k (same products, other summation order; checked against the float32 "
+                        "product first; rows tagged '+bf16-logits')")
     p.add_argument("--compile-mode", default=None,
                    choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
                    help="experiment: torch.compile's mode for the compiled configurations (rows tagged "
                         "'+MODE'); max-autotune times Inductor's Triton matrix-product templates against cuBLAS "
                         "and fuses bias / GELU epilogues into them, compiling for minutes")
+    p.add_argument("--top", type=int, default=TOP, help=f"operators listed per configuration (default {TOP})")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
+    if args.top < 1:
+        p.error(f"--top must be >= 1, got {args.top}")
     if args.math_attention:
         _force_math_attention()
     if args.contiguous_weights:
@@ -247,10 +295,15 @@ def main(argv: list[str] | None = None) -> int:
         _bf16_residual()
     if args.compile_mode:
         _compile_mode(args.compile_mode)
+    if args.bf16_logits:
+        _bf16_logits()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
     torch.set_num_threads(args.threads)
+    if args.bf16_logits and device.type == "cuda":
+        print(f"--bf16-logits: largest relative difference from the float32 product {check_half_logits(device):.2e}",
+              flush=True)
     from trainers.evaluate import cpu_has_bf16
     from trainers.memory import keep_freed_memory
 
@@ -266,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, tables = [], {}
     for config in configs:
         try:
-            row, table = profile_one(config, args.d_model, args.k, device, args.steps, args.warmup, args.shapes)
+            row, table = profile_one(config, args.d_model, args.k, device, args.steps, args.warmup, args.shapes, args.top)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # record and go on: the lease is short
             print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
             continue
@@ -278,13 +331,15 @@ def main(argv: list[str] | None = None) -> int:
             row["config"] += "+baddbmm"
         if args.bf16_residual:
             row["config"] += "+bf16-residual"
+        if args.bf16_logits:
+            row["config"] += "+bf16-logits"
         if args.compile_mode and "compile" in config:
             row["config"] += "+" + args.compile_mode
         rows.append(row)
         tables[row["config"]] = table
         print(f"{config:>14} wall {row['wall_ms_per_step']:9.3f} ms/step  busy {row['device_busy_fraction']}  "
               f"kernels/step {row['kernels_per_step']}", flush=True)
-        write_results(args.out, stem(device), rows, report(rows, tables, device, argv))  # after each: a cut-off keeps it
+        write_results(args.out, stem(device), rows, report(rows, tables, device, argv, args.top))  # after each: a cut-off keeps it
     return 0 if rows else 1
 
 

@@ -209,13 +209,12 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
         experiments = {n for n in tar.getnames() if n.endswith("/profile.md")}
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
             "profile.md", "sweep.log", "sweep.csv", "sweep.md"} <= names
-    assert {"./baddbmm/profile.md", "./bf16res/profile.md", "./autotune/profile.md"} <= experiments
-    assert ("profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiments: baddbmm exit 0, "
-            "bf16 residual exit 0, max-autotune exit 0") in machine
+    assert experiments == {"./profile.md", "./bf16logits/profile.md"}
+    assert "profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiment: bf16 logits exit 0" in machine
     assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
     summary = (tmp_path / "summary.txt").read_text()
     assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
-    assert "| ensemble+baddbmm |" in summary and "| ensemble+bf16-residual |" in summary
+    assert "| ensemble+bf16-logits |" in summary
 
 
 def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(tmp_path):
@@ -233,8 +232,8 @@ def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(
     assert res.returncode != 0  # the needed steps did not all run
     with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
         machine = tar.extractfile("./machine.txt").read().decode()
-        skipped = tar.extractfile("./profile_autotune.log").read().decode()
-    assert "max-autotune exit 125" in machine and "benchmark exit 125" in machine
+        skipped = tar.extractfile("./bench.log").read().decode()
+    assert "bf16 logits exit 125" in machine and "benchmark exit 125" in machine
     assert skipped.startswith("skipped:") and "of the 16 s budget" in skipped
 
 
@@ -304,6 +303,35 @@ def test_device_busy_time_leaves_out_the_gpus_user_annotations():
     assert profile_step.device_events(prof, torch.device("cuda")) == (500.0, 2)
     busy, n = profile_step.device_events(prof, torch.device("cpu"))
     assert math.isnan(busy) and n == 0
+
+
+def test_bf16_logits_experiment_routes_the_attention_logits_and_checks_itself(tmp_path, monkeypatch):
+    """--bf16-logits swaps `trainers.model.logits_product`, which every attention-weights call goes through; off
+    a CUDA device the swapped product falls back to the float32 one, so the step's maths is unchanged here."""
+    import profile_step
+
+    import trainers.model
+    from trainers.model import attention_weights
+
+    q, k = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 7, 8)
+    before = attention_weights(q, k)
+    monkeypatch.setattr(trainers.model, "logits_product", trainers.model.logits_product)
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble", "--bf16-logits",
+            "--top", "3", "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    assert trainers.model.logits_product is profile_step.half_logits_product
+    text = (tmp_path / "profile.md").read_text()
+    assert "| ensemble+bf16-logits | 16 | 2 |" in text and "## ensemble+bf16-logits: top 3 operators" in text
+    assert torch.equal(attention_weights(q, k), before)  # the CPU falls back to the float32 product
+    assert torch.equal(profile_step.half_logits_product(q.bfloat16(), k.bfloat16()),
+                       q.bfloat16().float() @ k.bfloat16().float().transpose(-2, -1))
+    assert profile_step.check_half_logits(torch.device("cpu")) == 0.0
+    monkeypatch.setattr(profile_step, "half_logits_product", lambda a, b: 1.01 * profile_step.float32_logits_product(a, b))
+    with pytest.raises(RuntimeError, match=r"differs from the float32 one by 1\.0\de-02 \(> 0\.0001\)"):
+        profile_step.check_half_logits(torch.device("cpu"))
+    with pytest.raises(SystemExit):
+        profile_step.main(argv[:-4] + ["--top", "0", "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
 
 
 def test_profile_step_compile_mode_reaches_torch_compile_and_tags_compiled_rows_only(tmp_path, monkeypatch):
