@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
@@ -239,6 +240,32 @@ def _compile_mode(mode: str) -> None:
     trainers.train.COMPILE_MODE = mode
 
 
+# The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help).
+EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
+    "math_attention": ("+math-attn", _force_math_attention,
+                       "attention as two matrix products and a softmax on every device and in eager steps too, not "
+                       "the fused kernel (`trainers.model.attend` takes that path on the CPU and in compiled GPU steps "
+                       "with <= 32 keys): does it pay in eager GPU steps? (rows are tagged '+math-attn')"),
+    "contiguous_weights": ("+contiguous-w", _contiguous_weights,
+                           "the ensemble's stacked linear weights in plain (K, out, in) memory order, not the "
+                           "transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
+                           "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')"),
+    "bias_in_product": ("+baddbmm", _bias_in_product,
+                        "the ensemble's linear layers as baddbmm(bias, x, w) on a GPU too, which fills each output "
+                        "with the broadcast bias before the product, instead of a product and a separate add (the "
+                        "CPU's form anyway; rows tagged '+baddbmm'; run with and without it to compare)"),
+    "bf16_residual": ("+bf16-residual", _bf16_residual,
+                      "the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the post-LN residual "
+                      "stream is stored in bf16 rather than autocast's float32 (rows tagged '+bf16-residual'; not "
+                      "the trainers' arithmetic: what the float32 stream costs)"),
+    "bf16_logits": ("+bf16-logits", _bf16_logits,
+                    "the attention logits q k^T as one bf16 batched product that accumulates and writes float32 "
+                    "(torch.bmm out_dtype, CUDA only) instead of a float32 product of the upcast bf16 q and k (same "
+                    "products, other summation order; checked against the float32 product first; rows tagged "
+                    "'+bf16-logits')"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -251,29 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default="out/profile", help="folder for profile.md / .csv (default out/profile)")
-    p.add_argument("--math-attention", action="store_true",
-                   help="experiment: attention as two matrix products and a softmax on every device and in "
-                        "eager steps too, not the fused kernel (`trainers.model.attend` takes that path on the CPU "
-                        "and in compiled GPU steps with <= 32 keys): does it pay in eager GPU steps? (rows are "
-                        "tagged '+math-attn')")
-    p.add_argument("--contiguous-weights", action="store_true",
-                   help="experiment: the ensemble's stacked linear weights in plain (K, out, in) memory order, not "
-                        "the transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
-                        "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')")
-    p.add_argument("--bias-in-product", action="store_true",
-                   help="experiment: the ensemble's linear layers as baddbmm(bias, x, w) on a GPU too, which fills "
-                        "each output with the broadcast bias before the product, instead of a product and a "
-                        "separate add (the CPU's form anyway; rows tagged '+baddbmm'; run with and without it "
-                        "to compare)")
-    p.add_argument("--bf16-residual", action="store_true",
-                   help="experiment: the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the "
-                        "post-LN residual stream is stored in bf16 rather than autocast's float32 (rows tagged "
-                        "'+bf16-residual'; not the trainers' arithmetic: what the float32 stream costs)")
-    p.add_argument("--bf16-logits", action="store_true",
-                   help="experiment: the attention logits q k^T as one bf16 batched product that accumulates and "
-                        "writes float32 (torch.bmm out_dtype, CUDA only) instead of a float32 product of the "
-                        "upcast bf16 q and k (same products, other summation order; checked against the float32 "
-                        "product first; rows tagged '+bf16-logits')")
+    for name, (_tag, _apply, help_text) in EXPERIMENTS.items():
+        p.add_argument("--" + name.replace("_", "-"), action="store_true", help="experiment: " + help_text)
     p.add_argument("--compile-mode", default=None,
                    choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
                    help="experiment: torch.compile's mode for the compiled configurations (rows tagged "
@@ -285,18 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.top < 1:
         p.error(f"--top must be >= 1, got {args.top}")
-    if args.math_attention:
-        _force_math_attention()
-    if args.contiguous_weights:
-        _contiguous_weights()
-    if args.bias_in_product:
-        _bias_in_product()
-    if args.bf16_residual:
-        _bf16_residual()
+    chosen = [name for name in EXPERIMENTS if getattr(args, name)]
+    for name in chosen:
+        EXPERIMENTS[name][1]()
     if args.compile_mode:
         _compile_mode(args.compile_mode)
-    if args.bf16_logits:
-        _bf16_logits()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -323,16 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # record and go on: the lease is short
             print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
             continue
-        if args.math_attention:
-            row["config"] += "+math-attn"
-        if args.contiguous_weights:
-            row["config"] += "+contiguous-w"
-        if args.bias_in_product:
-            row["config"] += "+baddbmm"
-        if args.bf16_residual:
-            row["config"] += "+bf16-residual"
-        if args.bf16_logits:
-            row["config"] += "+bf16-logits"
+        row["config"] += "".join(EXPERIMENTS[name][0] for name in chosen)
         if args.compile_mode and "compile" in config:
             row["config"] += "+" + args.compile_mode
         rows.append(row)
