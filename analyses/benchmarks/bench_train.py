@@ -657,7 +657,10 @@ def report(rows, device, loads, args, bounds) -> str:
               "(naive: all 16 tokens through all 4 layers; ours: the last layer computes only the readout token), and "
               f"the rate of one matrix product of the model's shape, (128x16 x d) @ (d x 4d), at {torch.get_num_threads()} "
               "torch threads. `bound` = GEMM rate / FLOPs per puzzle: what a trainer doing only matrix products at that "
-              "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer).", "",
+              "rate would reach, with zero cost for everything else (attention softmax, GELU, LayerNorm, optimizer)."
+              + (" On a GPU it bounds one model only: a product of one model's shape is too small to reach the "
+                 "device's rate, and batched ensembles pass it (K = 300 products ran at 280-490 TFLOP/s on an H200, "
+                 "reports/benchmarks/gpu_session.md)." if device.type == "cuda" else ""), "",
               bound_header(precisions), "| ---: " * (3 + 4 * len(precisions)) + "|"]
     for d, b in bounds.items():
         naive = by.get(("naive", d), {}).get("puzzles_per_s")

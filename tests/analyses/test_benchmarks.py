@@ -72,7 +72,7 @@ def test_a_run_cut_short_in_its_first_round_keeps_the_configurations_already_mea
     assert {r["config"] for r in csv.DictReader(open(tmp_path / "train.csv"))} == {"naive", "single", "single-nosync", "single-split"}
 
 
-def test_the_bound_table_has_a_column_group_per_precision_measured():
+def test_the_bound_table_has_a_column_group_per_precision_measured(monkeypatch):
     rows = [{"config": "naive", "d_model": 160, "models": 1, "steps": 2, "seconds": 1.0, "puzzles_per_s": 1000.0,
              "worst_round": 900.0, "x_naive": 1.0, "x_naive_paired": 1.0, "x_naive_parallel": "",
              "x_single_parallel": "", "sweep_hours": 2700.0}]
@@ -86,6 +86,9 @@ def test_the_bound_table_has_a_column_group_per_precision_measured():
     assert len(cells) == len(header.strip("|").split("|")) == 15
     # 40 TFLOP/s / 96 MFLOP per puzzle = 416,667/s, 416.67x naive, 9.72e9 puzzle-passes in 6.5 h
     assert cells[3:7] == ["40000", "416667", "416.67", "6.5"]
+    assert "bounds one model only" not in text  # on the CPU it bounds the ensembles too
+    monkeypatch.setattr(bench_train, "machine", lambda device: "a GPU machine")  # no CUDA here to describe
+    assert "On a GPU it bounds one model only" in bench_train.report(rows, torch.device("cuda"), [0.5], args, bounds)
 
 
 real_plan = bench_train.plan
