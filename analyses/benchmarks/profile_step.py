@@ -242,29 +242,29 @@ def _compile_mode(mode: str) -> None:
     trainers.train.COMPILE_MODE = mode
 
 
-# The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help).
+# The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help; the
+# parser adds the tag to the help).
 EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
     "math_attention": ("+math-attn", _force_math_attention,
                        "attention as two matrix products and a softmax on every device and in eager steps too, not "
                        "the fused kernel (`trainers.model.attend` takes that path on the CPU and in compiled GPU steps "
-                       "with <= 32 keys): does it pay in eager GPU steps? (rows are tagged '+math-attn')"),
+                       "with <= 32 keys): a test of whether it pays in eager GPU steps"),
     "contiguous_weights": ("+contiguous-w", _contiguous_weights,
                            "the ensemble's stacked linear weights in plain (K, out, in) memory order, not the "
                            "transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
-                           "other order costs the optimizer a copy per weight per step; rows tagged '+contiguous-w')"),
+                           "other order costs the optimizer a copy per weight per step)"),
     "bias_in_product": ("+baddbmm", _bias_in_product,
                         "the ensemble's linear layers as baddbmm(bias, x, w) on a GPU too, which fills each output "
                         "with the broadcast bias before the product, instead of a product and a separate add (the "
-                        "CPU's form anyway; rows tagged '+baddbmm'; run with and without it to compare)"),
+                        "CPU's form anyway; run with and without it to compare)"),
     "bf16_residual": ("+bf16-residual", _bf16_residual,
                       "the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the post-LN residual "
-                      "stream is stored in bf16 rather than autocast's float32 (rows tagged '+bf16-residual'; not "
-                      "the trainers' arithmetic: what the float32 stream costs)"),
+                      "stream is stored in bf16 rather than autocast's float32 (not the trainers' arithmetic: what "
+                      "the float32 stream costs)"),
     "bf16_logits": ("+bf16-logits", _bf16_logits,
                     "the attention logits q k^T as one bf16 batched product that accumulates and writes float32 "
                     "(torch.bmm out_dtype, CUDA only) instead of a float32 product of the upcast bf16 q and k (same "
-                    "products, other summation order; checked against the float32 product first; rows tagged "
-                    "'+bf16-logits')"),
+                    "products, other summation order; checked against the float32 product first)"),
 }
 
 
@@ -280,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--out", default="out/profile", help="folder for profile.md / .csv (default out/profile)")
-    for name, (_tag, _apply, help_text) in EXPERIMENTS.items():
-        p.add_argument("--" + name.replace("_", "-"), action="store_true", help="experiment: " + help_text)
+    for name, (tag, _apply, help_text) in EXPERIMENTS.items():
+        p.add_argument("--" + name.replace("_", "-"), action="store_true",
+                       help=f"experiment: {help_text}. Rows tagged '{tag}'.")
     p.add_argument("--compile-mode", default=None,
                    choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
                    help="experiment: torch.compile's mode for the compiled configurations (rows tagged "
