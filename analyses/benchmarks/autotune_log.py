@@ -1,15 +1,18 @@
 """Summarise the matrix-product autotuning in a torch.compile max-autotune log: which kernel won each shape.
 
-Inductor's ``max-autotune`` times its own Triton templates against the extern cuBLAS kernel for every
-matrix-product shape of a graph and prints one ``AUTOTUNE bmm(BxMxK, BxKxN)`` block per shape, fastest
-choice first. The Triton templates are what can fuse a bias or GELU epilogue into the product, so a log
-in which cuBLAS wins the large shapes says that mode has little to gain. This reads such a log (for
-example ``reports/benchmarks/h200-s3/profile_autotune.log``, from ``profile_step.py --compile-mode
+Inductor's ``max-autotune`` times its own matrix-product templates (Triton on a GPU, C++ micro-GEMMs on the
+CPU) against the extern ATen kernel (cuBLAS on a GPU, oneDNN / MKL on the CPU) for every matrix-product
+shape of a graph and prints one ``AUTOTUNE bmm(BxMxK, BxKxN)`` block per shape, fastest choice first. The
+templates are what can fuse a bias or GELU epilogue into the product, so a log in which the extern kernel
+wins the large shapes says that mode has little to gain. This reads such a log (for example
+``reports/benchmarks/h200-s3/profile_autotune.log``, from ``profile_step.py --compile-mode
 max-autotune-no-cudagraphs`` in ``gpu_session.sh``) and prints a markdown table: shape, dtype, GFLOP, the
-cuBLAS and best Triton times (blank: not among the fastest choices the log lists), the winner and its rate.
+extern and best template times (blank: not among the fastest choices the log lists), the winner and its
+rate (TFLOP/s for a GPU log, GFLOP/s for a CPU one, told apart by the templates' names).
 
 Usage:
   python analyses/benchmarks/autotune_log.py reports/benchmarks/h200-s3/profile_autotune.log
+  python analyses/benchmarks/autotune_log.py reports/benchmarks/cpu-avx512/profile_autotune.log
 """
 
 from __future__ import annotations
@@ -21,12 +24,26 @@ from pathlib import Path
 
 HEADER = re.compile(r"^AUTOTUNE (\w+)\((\d+)x(\d+)x(\d+), (\d+)x(\d+)x(\d+)\)")
 CHOICE = re.compile(r"^  (\S+) ([\d.]+) ms ")
+TEMPLATES = {"cuda": "triton", "cpu": "cpp_"}  # how Inductor's template choices are named, per device
+# per device: extern and template names, rate unit, that unit per GFLOP/ms, GFLOP decimals (a CPU group's are small)
+LABELS = {"cuda": ("cuBLAS", "Triton", "TFLOP/s", 1.0, 1), "cpu": ("ATen", "C++ template", "GFLOP/s", 1e3, 3)}
+
+
+def log_device(text: str) -> str:
+    """"cpu" if the log's choices include Inductor's C++ templates, else "cuda"."""
+    return "cpu" if re.search(r"^  cpp_\S+ [\d.]+ ms ", text, re.M) else "cuda"
+
+
+def is_template(name: str) -> bool:
+    return name.startswith(tuple(TEMPLATES.values()))
 
 
 def summarize(text: str) -> list[dict]:
-    """One row per AUTOTUNE block of a batched product: op, (B, M, K, N), the inputs' dtype, GFLOP, the cuBLAS
-    choice's and the best Triton choice's milliseconds (None when the log does not list it: Inductor prints
-    only the fastest choices, so a missing cuBLAS was slower than all of them), the winner (listed first)."""
+    """One row per AUTOTUNE block of a batched product: op, (B, M, K, N), the inputs' dtype, GFLOP, the extern
+    choice's and the best template choice's milliseconds (None when the log does not list it: Inductor prints
+    only the fastest choices, so a missing extern kernel was slower than all of them), the winner (listed
+    first, named as `LABELS` names it for the log's device) and its rate in GFLOP per millisecond."""
+    extern_name, template_name = LABELS[log_device(text)][:2]
     rows: list[dict] = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -49,24 +66,27 @@ def summarize(text: str) -> list[dict]:
             choices.append((c.group(1), float(c.group(2))))
         if not choices:
             continue
-        extern = next((ms for name, ms in choices if not name.startswith("triton")), None)
-        triton = next((ms for name, ms in choices if name.startswith("triton")), None)
+        extern = next((ms for name, ms in choices if not is_template(name)), None)
+        template = next((ms for name, ms in choices if is_template(name)), None)
         winner, best = choices[0]
         gflop = 2 * b * rows_m * k * n / 1e9
-        rows.append({"op": op, "shape": f"{b}x{rows_m}x{k} @ {b}x{k}x{n}", "dtype": dtype, "gflop": gflop, "cublas_ms": extern,
-                     "triton_ms": triton, "winner": "cuBLAS" if not winner.startswith("triton") else "Triton",
-                     "tflops": gflop / best})  # GFLOP / ms = TFLOP/s
+        rows.append({"op": op, "shape": f"{b}x{rows_m}x{k} @ {b}x{k}x{n}", "dtype": dtype, "gflop": gflop, "extern_ms": extern,
+                     "template_ms": template, "winner": template_name if is_template(winner) else extern_name,
+                     "gflop_per_ms": gflop / best})  # GFLOP / ms = TFLOP/s
     return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], device: str = "cuda") -> str:
+    """The table of `summarize`'s rows, its headers and rate unit (TFLOP/s or GFLOP/s) those of ``device``."""
+    extern_name, template_name, unit, per_tflop, digits = LABELS[device]
+
     def ms(v: float | None) -> str:
         return "" if v is None else f"{v:.4f}"
 
-    out = ["| product | dtype | GFLOP | cuBLAS ms | best Triton ms | winner | winner TFLOP/s |",
+    out = [f"| product | dtype | GFLOP | {extern_name} ms | best {template_name} ms | winner | winner {unit} |",
            "| --- | --- | ---: | ---: | ---: | --- | ---: |"]
-    out += [f"| {r['op']} {r['shape']} | {r['dtype']} | {r['gflop']:.1f} | {ms(r['cublas_ms'])} | {ms(r['triton_ms'])} | "
-            f"{r['winner']} | {r['tflops']:.0f} |" for r in rows]
+    out += [f"| {r['op']} {r['shape']} | {r['dtype']} | {r['gflop']:.{digits}f} | {ms(r['extern_ms'])} | {ms(r['template_ms'])} | "
+            f"{r['winner']} | {r['gflop_per_ms'] * per_tflop:.0f} |" for r in rows]
     return "\n".join(out) + "\n"
 
 
@@ -77,10 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.log)
     if not path.is_file():
         p.error(f"{path}: no such file; give the log profile_step.py --compile-mode max-autotune... printed")
-    rows = summarize(path.read_text(errors="replace"))
+    text = path.read_text(errors="replace")
+    rows = summarize(text)
     if not rows:
-        p.error(f"{path}: no 'AUTOTUNE bmm(...)' blocks; was it written with --compile-mode max-autotune...?")
-    sys.stdout.write(markdown(rows))
+        p.error(f"{path}: no 'AUTOTUNE bmm(...)' blocks; was it written with --compile-mode max-autotune... "
+                "(with TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 if it compiled before: cached choices are not logged)?")
+    sys.stdout.write(markdown(rows, log_device(text)))
     return 0
 
 

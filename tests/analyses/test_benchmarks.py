@@ -530,10 +530,10 @@ def test_autotune_log_table_names_each_products_winner_and_rate(tmp_path, capsys
     rows = autotune_log.summarize(AUTOTUNE_LOG)
     assert [r["shape"] for r in rows] == ["300x2048x160 @ 300x160x640", "38400x16x16 @ 38400x16x160"]  # not mm
     big, small = rows
-    assert big["winner"] == "cuBLAS" and big["cublas_ms"] == 0.3 and big["triton_ms"] == 0.45
+    assert big["winner"] == "cuBLAS" and big["extern_ms"] == 0.3 and big["template_ms"] == 0.45
     assert big["gflop"] == pytest.approx(2 * 300 * 2048 * 160 * 640 / 1e9)
-    assert big["tflops"] == pytest.approx(big["gflop"] / 0.3)  # GFLOP per ms = TFLOP/s
-    assert small["winner"] == "Triton" and small["cublas_ms"] is None and small["dtype"] == "float32"
+    assert big["gflop_per_ms"] == pytest.approx(big["gflop"] / 0.3)  # GFLOP per ms = TFLOP/s
+    assert small["winner"] == "Triton" and small["extern_ms"] is None and small["dtype"] == "float32"
     log = tmp_path / "autotune.log"
     log.write_text(AUTOTUNE_LOG)
     assert autotune_log.main([str(log)]) == 0
@@ -545,3 +545,31 @@ def test_autotune_log_table_names_each_products_winner_and_rate(tmp_path, capsys
         with pytest.raises(SystemExit) as e:
             autotune_log.main([str(bad)])
         assert e.value.code == 2
+    assert "FORCE_DISABLE_CACHES" in capsys.readouterr().err  # why a log may have no blocks
+
+
+CPU_AUTOTUNE_LOG = """AUTOTUNE bmm(4x2048x64, 4x64x256)
+strides: [131072, 64, 1], [16384, 256, 1]
+dtypes: torch.bfloat16, torch.bfloat16
+  bmm 1.0000 ms 100.0% 
+  cpp_CppMicroGemmFP32Vec_47 4.0000 ms 25.0% 
+AUTOTUNE bmm(512x16x16, 512x16x64)
+dtypes: torch.bfloat16, torch.bfloat16
+  cpp_CppMicroGemmAMX_3 0.1000 ms 100.0% 
+  baddbmm 0.2000 ms 50.0% 
+"""
+
+
+def test_autotune_log_reads_a_cpu_log_as_aten_against_cpp_templates(tmp_path, capsys):
+    import autotune_log
+
+    assert autotune_log.log_device(CPU_AUTOTUNE_LOG) == "cpu" and autotune_log.log_device(AUTOTUNE_LOG) == "cuda"
+    big, small = autotune_log.summarize(CPU_AUTOTUNE_LOG)
+    assert (big["winner"], big["extern_ms"], big["template_ms"]) == ("ATen", 1.0, 4.0)
+    assert (small["winner"], small["extern_ms"], small["template_ms"]) == ("C++ template", 0.2, 0.1)
+    log = tmp_path / "cpu.log"
+    log.write_text(CPU_AUTOTUNE_LOG)
+    assert autotune_log.main([str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "| product | dtype | GFLOP | ATen ms | best C++ template ms | winner | winner GFLOP/s |" in out
+    assert "| bmm 4x2048x64 @ 4x64x256 | bfloat16 | 0.268 | 1.0000 | 4.0000 | ATen | 268 |" in out  # 0.268 GFLOP in 1 ms
