@@ -2,7 +2,7 @@
 # One prepared GPU check for issue 7, sized for a 15-minute GPU lease: every step runs under its own limit
 # and under one deadline for the whole script (BUDGET seconds, default 560, so one device call of
 # timeout_s=590 always returns with what was measured). Steps, most needed first:
-#   1. machine.txt    : nvidia-smi and torch's view of the device;
+#   1. machine.txt    : nvidia-smi, torch's view of the device, the commit sent and the tree's hash;
 #   2. profile_cuda.md/.csv, profile.log : the compiled K = 300 bf16 step (the group the paper sweep would
 #      train) as the trainers run it: wall vs GPU-busy time, kernels per step, the top 60 kernels, and the
 #      top operators by input shape (the third lease listed 15, which left ~10 ms of its 35.6 ms unnamed);
@@ -24,7 +24,10 @@
 #   The earlier sessions are in reports/benchmarks/gpu_session.md.
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
-# With the device tool: run(command="bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=590).
+# With the device tool: run(command="SENT_COMMIT=abc1234 bash analyses/benchmarks/gpu_session.sh $OUT", timeout_s=590),
+# abc1234 being the sender's `git rev-parse --short HEAD`, written into the command (run on the device,
+# `git rev-parse` would read the copy's stale .git): machine.txt records it beside the working tree's git
+# tree hash (`tree_hash`), which names the commit independently.
 # The device tool returns at most 8 files: everything is written to a scratch folder and packed after every
 # step into OUT_DIR/gpu_session.tgz, with summary.txt (machine, exit codes, the tables) beside it.
 # DEVICE=cpu runs the same steps at toy size on the CPU (a smoke test of this script; the tests skip).
@@ -73,7 +76,15 @@ pack() {  # after every step: one archive (the device tool returns at most 8 fil
     for f in "$FILES"/sweep*.md; do [ -f "$f" ] && { echo; sed -n '/^| part/,/^$/p' "$f"; }; done
   } > "$OUT_DIR/summary.txt"
 }
-{ date; nvidia-smi 2>&1 || true; git log --oneline -1 2>/dev/null; "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+tree_hash() {  # git's tree hash of the working tree as sent (every file git does not ignore), from a scratch
+  # index: it names the commit sent even where the device's copy of .git is stale (its `git log` was, in the
+  # third lease); find it with `git log --format='%h %T' | grep HASH` (no match: the tree sent was not clean)
+  local idx; idx=$(mktemp -u)
+  GIT_INDEX_FILE=$idx git add -A 2>/dev/null && GIT_INDEX_FILE=$idx git write-tree 2>/dev/null
+  rm -f "$idx"
+}
+{ date; nvidia-smi 2>&1 || true; echo "commit sent: ${SENT_COMMIT:-(not given)}; working tree: $(tree_hash)"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$FILES/machine.txt" 2>&1
 pack
 # the compiled K = 300 bf16 step first: the number the sweep projection needs, whatever else is reached

@@ -3,6 +3,7 @@
 import argparse
 import csv
 import math
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -194,14 +195,26 @@ def test_precision_report_summarises_the_spread_between_arithmetics():
     assert "per arithmetic: a +0.600, b +0.510." in text
 
 
-def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(tmp_path):
-    """`gpu_session.sh` is run once on a lent GPU; this keeps it working between such sessions."""
+def _run_gpu_session(out: Path, timeout: int, **env: str):
+    """`gpu_session.sh OUT` at toy size on the CPU (DEVICE=cpu), with ``env`` added to the environment."""
     import os
     import subprocess
 
-    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable}
-    res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=3000)  # the script's own limits (x5 on the CPU) stop it first
+    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _git(*args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(tmp_path):
+    """`gpu_session.sh` is run once on a lent GPU; this keeps it working between such sessions."""
+    clean = not _git("status", "--porcelain")  # before the run: a clean checkout (CI's clone) must stay one
+    res = _run_gpu_session(tmp_path, 3000, SENT_COMMIT="abc1234")  # the script's own limits (x5 on the CPU) stop it first
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     # two files come back (the device tool returns at most 8): the archive of every output, and a summary
     assert {p.name for p in tmp_path.iterdir()} == {"gpu_session.tgz", "summary.txt"}
@@ -215,6 +228,11 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
     assert experiments == {"./profile.md", "./bf16logits/profile.md"}
     assert "profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiment: bf16 logits exit 0" in machine
     assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
+    # which code ran: the commit the caller names, and the tree hash that names it where .git is stale
+    sent = re.search(r"^commit sent: abc1234; working tree: ([0-9a-f]{40})$", machine, re.M)
+    assert sent and _git("cat-file", "-t", sent.group(1)) == "tree"
+    if clean:
+        assert sent.group(1) == _git("rev-parse", "HEAD^{tree}")
     summary = (tmp_path / "summary.txt").read_text()
     assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
     assert "| ensemble+bf16-logits |" in summary
@@ -223,14 +241,10 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
 def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(tmp_path):
     """One deadline for the whole script: a lease's call must return with what was measured, so a step is cut
     at what is left of the budget and the steps after it are skipped (exit 125), not started."""
-    import os
-    import subprocess
     import time
 
-    env = {**os.environ, "DEVICE": "cpu", "PYTHON": sys.executable, "BUDGET_CPU": "16"}
     t0 = time.monotonic()
-    res = subprocess.run(["bash", "analyses/benchmarks/gpu_session.sh", str(tmp_path)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = _run_gpu_session(tmp_path, 600, BUDGET_CPU="16")
     assert time.monotonic() - t0 < 120  # the budget, plus start-up and packing; unbudgeted it runs for minutes
     assert res.returncode != 0  # the needed steps did not all run
     with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
