@@ -139,10 +139,11 @@ def check_cuda_graphs(device: torch.device, cuda_graphs: bool) -> None:
         raise InputError(f"--cuda-graphs needs a CUDA device (got {device.type}); use --device cuda, or --compile on the CPU")
 
 
-# torch.compile's mode for a plain --compile (None: its default). An experiment hook for the GPU benchmarks
+# torch.compile's mode for a plain --compile (None: its default). An experiment hook for the benchmarks
 # (`analyses/benchmarks/profile_step.py --compile-mode`): "max-autotune-no-cudagraphs" lets Inductor time its own
-# Triton matrix-product templates against cuBLAS and fuse bias / GELU epilogues into them, at a compile cost
-# measured in minutes.
+# matrix-product templates (Triton on a GPU, C++ on the CPU) against cuBLAS / oneDNN and fuse bias / GELU
+# epilogues into them, at a compile cost measured in minutes (on the H200 it did not finish compiling in 200 s,
+# reports/benchmarks/gpu_session.md; on an AVX-512 CPU it gained nothing, reports/benchmarks/cpu-avx512/autotune/).
 COMPILE_MODE: str | None = None
 
 

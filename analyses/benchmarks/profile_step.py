@@ -286,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-mode", default=None,
                    choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
                    help="experiment: torch.compile's mode for the compiled configurations (rows tagged "
-                        "'+MODE'); max-autotune times Inductor's Triton matrix-product templates against cuBLAS "
-                        "and fuses bias / GELU epilogues into them, compiling for minutes")
+                        "'+MODE'); max-autotune times Inductor's matrix-product templates (Triton on a GPU, C++ on "
+                        "the CPU) against the library kernels (cuBLAS, oneDNN) and fuses bias / GELU epilogues into "
+                        "the templates that win, compiling for minutes; on the CPU run it with "
+                        "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 to log its choices (autotune_log.py)")
     p.add_argument("--top", type=int, default=TOP, help=f"operators listed per configuration (default {TOP})")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")

@@ -205,15 +205,11 @@ def _run_gpu_session(out: Path, timeout: int, **env: str):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _git(*args: str) -> str:
-    import subprocess
-
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(tmp_path):
     """`gpu_session.sh` is run once on a lent GPU; this keeps it working between such sessions."""
-    clean = not _git("status", "--porcelain")  # before the run: a clean checkout (CI's clone) must stay one
+    from trainers.provenance import _git  # git in this checkout: its output, or None where git fails
+
+    clean = _git("status", "--porcelain") == ""  # before the run: a clean checkout (CI's clone) must stay one
     res = _run_gpu_session(tmp_path, 3000, SENT_COMMIT="abc1234")  # the script's own limits (x5 on the CPU) stop it first
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     # two files come back (the device tool returns at most 8): the archive of every output, and a summary
