@@ -30,6 +30,9 @@
 # tree hash (`tree_hash`), which names the commit independently.
 # The device tool returns at most 8 files: everything is written to a scratch folder and packed after every
 # step into OUT_DIR/gpu_session.tgz, with summary.txt (machine, exit codes, the tables) beside it.
+# PLAN=experiments runs only machine.txt and the profile of the compiled K = 300 bf16 step, plain and with
+# the experiment flags of step_experiments.py (--bf16-logits, --packed-attention 4 / 8, --coordinate-descent),
+# each in its own process, into experiments/NAME/ (the fourth lease's second run).
 # DEVICE=cpu runs the same steps at toy size on the CPU (a smoke test of this script; the tests skip).
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-out/gpu-session}}
@@ -72,7 +75,7 @@ XDIST=()
 pack() {  # after every step: one archive (the device tool returns at most 8 files)
   tar czf "$OUT_DIR/gpu_session.tgz" -C "$FILES" . 2>/dev/null
   { cat "$FILES/machine.txt"; echo; grep -h -E "passed|failed|error" "$FILES/cuda_tests.log" 2>/dev/null | tail -3
-    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/*/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
+    for f in "$FILES"/train*.md "$FILES"/profile*.md "$FILES"/*/profile*.md "$FILES"/experiments/*/profile*.md; do [ -f "$f" ] && { echo; sed -n '/^| \(d_model\|config\)/,/^$/p' "$f"; }; done
     for f in "$FILES"/sweep*.md; do [ -f "$f" ] && { echo; sed -n '/^| part/,/^$/p' "$f"; }; done
   } > "$OUT_DIR/summary.txt"
 }
@@ -87,6 +90,24 @@ tree_hash() {  # git's tree hash of the working tree as sent (every file git doe
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"; } > "$FILES/machine.txt" 2>&1
 pack
+if [ "${PLAN:-session}" = experiments ]; then
+  # PLAN=experiments: the compiled K = 300 bf16 step profiled plain and with each experiment flag, one process
+  # each (the flags patch the process), into experiments/NAME/profile_cuda.md; ratios in one lease
+  declare -A EXP=([plain]="" [bf16logits]="--bf16-logits" [bf16logits_packed4]="--bf16-logits --packed-attention 4"
+                  [bf16logits_packed8]="--bf16-logits --packed-attention 8"
+                  [bf16logits_packed8_cd]="--bf16-logits --packed-attention 8 --coordinate-descent")
+  codes=""
+  for name in plain bf16logits bf16logits_packed4 bf16logits_packed8 bf16logits_packed8_cd; do
+    # shellcheck disable=SC2086  # the flags split into words on purpose
+    run_step 150 "$FILES/exp_$name.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" ${EXP[$name]} \
+      --out "$FILES/experiments/$name"
+    codes="$codes $name=$?"
+    pack
+  done
+  echo "experiments exit:$codes (124: cut at its limit, 125: skipped); $((SECONDS - START)) s" | tee -a "$FILES/machine.txt"
+  pack
+  exit 0
+fi
 # the compiled K = 300 bf16 step first: the number the sweep projection needs, whatever else is reached
 run_step 70 "$FILES/profile.log" "$PY" analyses/benchmarks/profile_step.py "${PROFILE[@]}" --out "$FILES"
 profile=$?

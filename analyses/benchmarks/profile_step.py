@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
@@ -32,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 from bench_io import command_line, device_suffix, machine, sync, timed, write_results  # noqa: E402
-from trainers.model import logits_product as float32_logits_product  # noqa: E402  (before any --bf16-logits patch)
+from step_experiments import EXPERIMENTS, apply_compile_mode, apply_packed_attention, check_half_logits  # noqa: E402
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
 OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
@@ -148,126 +147,6 @@ def report(rows: list[dict], tables: dict[str, str], device: torch.device, argv,
     return "\n".join(lines) + "\n"
 
 
-def _force_math_attention() -> None:
-    """Route the trainers' attention through its matmul-softmax form on every device (an experiment flag)."""
-    import trainers.ensemble
-    import trainers.model
-
-    trainers.model.attend = trainers.model.matmul_attention
-    trainers.ensemble.attend = trainers.model.matmul_attention
-
-
-def _contiguous_weights() -> None:
-    """Stack the ensemble's linear weights in their plain (K, out, in) memory order instead of transposed
-    (an experiment flag): which order does the compiled GPU step's backward return their gradients in?"""
-    import trainers.ensemble
-
-    trainers.ensemble.linear_weight_names = lambda model: set()
-
-
-def _bias_in_product() -> None:
-    """The ensemble's linear layers as ``baddbmm(bias, x, w)`` on every device (an experiment flag; the CPU
-    uses it anyway): the GPU's form until the third session, whose bias fill its profiles show as strided
-    copies (`trainers.ensemble.BIAS_IN_PRODUCT_DEVICES`)."""
-    import trainers.ensemble
-
-    trainers.ensemble.BIAS_IN_PRODUCT_DEVICES = frozenset({"cpu", "cuda"})
-
-
-def _bf16_residual() -> None:
-    """The ensemble's LayerNorms return the autocast dtype (bf16) instead of float32 (an experiment flag): under
-    autocast LayerNorm runs in float32, so the post-LN residual stream (every block's input, its residual and
-    the tensors saved for the backward pass) is float32, twice the bytes of the bf16 products around it. Here
-    the normalisation still computes in float32 and only its output is rounded to bf16, as pure-bf16 training
-    keeps activations; the residual sums then round to bf16 too. Not the trainers' arithmetic: it measures
-    what the float32 stream costs the step."""
-    import trainers.ensemble
-
-    plain = trainers.ensemble._layer_norm
-
-    def layer_norm_in_autocast_dtype(x, w, b):
-        y = plain(x, w, b)
-        if torch.is_autocast_enabled(x.device.type):
-            return y.to(torch.get_autocast_dtype(x.device.type))
-        return y
-
-    trainers.ensemble._layer_norm = layer_norm_in_autocast_dtype
-
-
-def half_logits_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """q k^T of bf16 / fp16 CUDA inputs as one half-precision batched product that accumulates and writes
-    float32 (``torch.bmm(..., out_dtype=torch.float32)``, a CUDA-only kernel); anything else as
-    `trainers.model.logits_product`. The products of two bf16 numbers are exact in float32, so the logits
-    equal the float32 product's but for the order of the sums; the float32 product at the study's 16 tokens
-    ran at 7 TFLOP/s on the H200 (reports/benchmarks/gpu_session.md)."""
-    if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype:
-        return float32_logits_product(q, k)
-    *lead, tq, hs = q.shape
-    out = torch.bmm(q.reshape(-1, tq, hs), k.reshape(-1, k.shape[-2], hs).transpose(1, 2), out_dtype=torch.float32)
-    return out.view(*lead, tq, k.shape[-2])
-
-
-def check_half_logits(device: torch.device, tol: float = 1e-5, grad_tol: float = 1e-2) -> tuple[float, float]:
-    """Relative differences (norm of the difference over the norm) between `half_logits_product` and the
-    float32 product on fresh random bf16 inputs of the training step's attention shape: (logits, worst of the
-    two input gradients). Raises past ``tol`` for the logits (the same products, summed in another order)
-    or ``grad_tol`` for the gradients, which may round the incoming gradient to bf16 (~3e-3) but no more."""
-    g = torch.Generator(device=device).manual_seed(0)
-    q, k = (torch.randn(512, 1, 16, 160, device=device, generator=g).bfloat16().requires_grad_() for _ in range(2))
-    w = torch.randn(512, 1, 16, 16, device=device, generator=g)
-    outs = []
-    for fn in (half_logits_product, float32_logits_product):
-        y = fn(q, k)
-        gq, gk = torch.autograd.grad((y * w).sum(), (q, k))
-        outs.append((y.float(), gq.float(), gk.float()))
-    diff = [((a - b).norm() / b.norm()).item() for a, b in zip(*outs)]
-    logits, grads = diff[0], max(diff[1:])
-    if not (logits <= tol and grads <= grad_tol):
-        raise RuntimeError(f"--bf16-logits: the product differs from the float32 one by {logits:.2e} (logits; at most "
-                           f"{tol:g}) and {grads:.2e} (gradients; at most {grad_tol:g})")
-    return logits, grads
-
-
-def _bf16_logits() -> None:
-    """The attention logits as `half_logits_product` (an experiment flag; `trainers.model.logits_product`)."""
-    import trainers.model
-
-    trainers.model.logits_product = half_logits_product
-
-
-def _compile_mode(mode: str) -> None:
-    """torch.compile's ``mode`` for the compiled configurations (an experiment flag; `trainers.train.COMPILE_MODE`)."""
-    import trainers.train
-
-    trainers.train.COMPILE_MODE = mode
-
-
-# The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help; the
-# parser adds the tag to the help).
-EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
-    "math_attention": ("+math-attn", _force_math_attention,
-                       "attention as two matrix products and a softmax on every device and in eager steps too, not "
-                       "the fused kernel (`trainers.model.attend` takes that path on the CPU and in compiled GPU steps "
-                       "with <= 32 keys): a test of whether it pays in eager GPU steps"),
-    "contiguous_weights": ("+contiguous-w", _contiguous_weights,
-                           "the ensemble's stacked linear weights in plain (K, out, in) memory order, not the "
-                           "transposed order `trainers.ensemble.Stack.of` stores them in (a gradient returned in the "
-                           "other order costs the optimizer a copy per weight per step)"),
-    "bias_in_product": ("+baddbmm", _bias_in_product,
-                        "the ensemble's linear layers as baddbmm(bias, x, w) on a GPU too, which fills each output "
-                        "with the broadcast bias before the product, instead of a product and a separate add (the "
-                        "CPU's form anyway; run with and without it to compare)"),
-    "bf16_residual": ("+bf16-residual", _bf16_residual,
-                      "the ensemble's LayerNorm outputs rounded to the autocast dtype (bf16), so the post-LN residual "
-                      "stream is stored in bf16 rather than autocast's float32 (not the trainers' arithmetic: what "
-                      "the float32 stream costs)"),
-    "bf16_logits": ("+bf16-logits", _bf16_logits,
-                    "the attention logits q k^T as one bf16 batched product that accumulates and writes float32 "
-                    "(torch.bmm out_dtype, CUDA only) instead of a float32 product of the upcast bf16 q and k (same "
-                    "products, other summation order; checked against the float32 product first)"),
-}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -290,17 +169,25 @@ def main(argv: list[str] | None = None) -> int:
                         "the CPU) against the library kernels (cuBLAS, oneDNN) and fuses bias / GELU epilogues into "
                         "the templates that win, compiling for minutes; on the CPU run it with "
                         "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 to log its choices (autotune_log.py)")
+    p.add_argument("--packed-attention", type=int, default=0, metavar="P",
+                   help="experiment: attention over P puzzles at a time as one sequence with a block-diagonal mask "
+                        "(same maths; larger, fewer products) where the matmul-softmax path runs: the CPU and compiled "
+                        "GPU steps (rows tagged '+packedP'; default 0: off)")
     p.add_argument("--top", type=int, default=TOP, help=f"operators listed per configuration (default {TOP})")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
     args = p.parse_args(argv)
     if args.top < 1:
         p.error(f"--top must be >= 1, got {args.top}")
+    if args.packed_attention < 0 or args.packed_attention == 1:
+        p.error(f"--packed-attention must be 0 (off) or >= 2 puzzles, got {args.packed_attention}")
     chosen = [name for name in EXPERIMENTS if getattr(args, name)]
     for name in chosen:
         EXPERIMENTS[name][1]()
     if args.compile_mode:
-        _compile_mode(args.compile_mode)
+        apply_compile_mode(args.compile_mode)
+    if args.packed_attention:
+        apply_packed_attention(args.packed_attention)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -329,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{config}: failed: {str(e).splitlines()[0]}", flush=True)
             continue
         row["config"] += "".join(EXPERIMENTS[name][0] for name in chosen)
+        if args.packed_attention:
+            row["config"] += f"+packed{args.packed_attention}"
         if args.compile_mode and "compile" in config:
             row["config"] += "+" + args.compile_mode
         rows.append(row)

@@ -319,9 +319,12 @@ def test_device_busy_time_leaves_out_the_gpus_user_annotations():
 
 
 def test_bf16_logits_experiment_routes_the_attention_logits_and_checks_itself(tmp_path, monkeypatch):
-    """--bf16-logits swaps `trainers.model.logits_product`, which every attention-weights call goes through; off
-    a CUDA device the swapped product falls back to the float32 one, so the step's maths is unchanged here."""
+    """--bf16-logits swaps `trainers.model.logits_product`, which every attention-weights call goes through, for
+    `HalfLogits`: off a CUDA device its product is the float32 one of the upcast inputs, so the CPU runs the same
+    forward and backward as the GPU (the fourth lease found the CUDA kernel had no derivative: a CPU test that
+    never ran the backward could not have)."""
     import profile_step
+    import step_experiments as ex
 
     import trainers.model
     from trainers.model import attention_weights
@@ -329,34 +332,91 @@ def test_bf16_logits_experiment_routes_the_attention_logits_and_checks_itself(tm
     q, k = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 7, 8)
     before = attention_weights(q, k)
     monkeypatch.setattr(trainers.model, "logits_product", trainers.model.logits_product)
-    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble", "--bf16-logits",
-            "--top", "3", "--out", str(tmp_path)]
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble,ensemble-bf16",
+            "--bf16-logits", "--top", "3", "--out", str(tmp_path)]
     assert profile_step.main(argv) == 0
-    assert trainers.model.logits_product is profile_step.half_logits_product
+    assert trainers.model.logits_product is ex.half_logits_product
     text = (tmp_path / "profile.md").read_text()
-    assert "| ensemble+bf16-logits | 16 | 2 |" in text and "## ensemble+bf16-logits: top 3 operators" in text
-    assert torch.equal(attention_weights(q, k), before)  # the CPU falls back to the float32 product
-    assert torch.equal(profile_step.half_logits_product(q.bfloat16(), k.bfloat16()),
-                       q.bfloat16().float() @ k.bfloat16().float().transpose(-2, -1))
-    assert profile_step.check_half_logits(torch.device("cpu")) == (0.0, 0.0)
-    monkeypatch.setattr(profile_step, "half_logits_product", lambda a, b: 1.01 * profile_step.float32_logits_product(a, b))
+    assert "| ensemble+bf16-logits | 16 | 2 |" in text and "## ensemble-bf16+bf16-logits: top 3 operators" in text
+    assert torch.equal(attention_weights(q, k), before)  # float32 inputs: the float32 product itself
+    qb, kb = q.bfloat16().requires_grad_(), k.bfloat16().requires_grad_()
+    y = ex.half_logits_product(qb, kb)
+    assert y.dtype == torch.float32 and torch.equal(y, qb.float() @ kb.float().transpose(-2, -1))
+    # the backward: the gradient rounded to bf16, then two bf16 products (brute force on the same numbers)
+    w = torch.randn(3, 2, 5, 7)
+    gq, gk = torch.autograd.grad((y * w).sum(), (qb, kb))
+    wb = w.bfloat16().float()
+    torch.testing.assert_close(gq.float(), (wb @ kb.float()).bfloat16().float(), rtol=0, atol=0)
+    torch.testing.assert_close(gk.float(), (wb.transpose(-2, -1) @ qb.float()).bfloat16().float(), rtol=0, atol=0)
+    logits, grads = ex.check_half_logits(torch.device("cpu"))
+    assert logits == 0.0 and 1e-4 < grads < 5e-3  # the one bf16 rounding of the incoming gradient, no more
+    monkeypatch.setattr(ex, "half_logits_product", lambda a, b: 1.01 * ex.float32_logits_product(a, b))
     with pytest.raises(RuntimeError, match=r"differs from the float32 one by 1\.00e-02 \(logits; at most 1e-05\)"):
-        profile_step.check_half_logits(torch.device("cpu"))
+        ex.check_half_logits(torch.device("cpu"))
     # the gradients may be off by about a bf16 rounding (kept under 1e-2), not more: same logits, gradients scaled
     def scaled_grad(scale):
         def product(a, b):
-            y = profile_step.float32_logits_product(a, b)
+            y = ex.float32_logits_product(a, b)
             return y + (scale - 1) * (y - y.detach())  # the value of y, the gradient times scale
         return product
 
-    monkeypatch.setattr(profile_step, "half_logits_product", scaled_grad(1.005))
-    logits, grads = profile_step.check_half_logits(torch.device("cpu"))
+    monkeypatch.setattr(ex, "half_logits_product", scaled_grad(1.005))
+    logits, grads = ex.check_half_logits(torch.device("cpu"))
     assert logits == 0.0 and grads == pytest.approx(0.005, abs=1e-3)
-    monkeypatch.setattr(profile_step, "half_logits_product", scaled_grad(1.05))
+    monkeypatch.setattr(ex, "half_logits_product", scaled_grad(1.05))
     with pytest.raises(RuntimeError, match=r"by 0\.00e\+00 \(logits; at most 1e-05\) and 5\.\d\de-02 \(gradients; at most 0\.01\)"):
-        profile_step.check_half_logits(torch.device("cpu"))
+        ex.check_half_logits(torch.device("cpu"))
     with pytest.raises(SystemExit):
         profile_step.main(argv[:-4] + ["--top", "0", "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("nh, tq", [(1, 16), (2, 16), (1, 1)])
+def test_packed_attention_is_each_puzzles_attention_alone(nh, tq):
+    """Packing P puzzles into one sequence with a block-diagonal mask changes the products' shapes, not the
+    maths: the same outputs and gradients as attending puzzle by puzzle (to float32 rounding), for the study's
+    16 tokens, several heads, and the readout layer's single query."""
+    import step_experiments as ex
+
+    from trainers.model import matmul_attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(12, nh, tq, 8, generator=g, requires_grad=True)
+    k, v = (torch.randn(12, nh, 16, 8, generator=g, requires_grad=True) for _ in range(2))
+    packed = ex.packed_attention(4)
+    y = packed(q, k, v)
+    ref = matmul_attention(q, k, v)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
+    w = torch.randn(y.shape, generator=g)
+    for a, b in zip(torch.autograd.grad((y * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    mask = ex.block_diagonal_mask(3, 2, 4, torch.device("cpu"))
+    assert mask.shape == (6, 12) and mask[1, :4].all() and not mask[1, 4:].any() and mask[5, 8:].all()
+    # a batch of 10 does not split into 4s: the plain attention, unchanged
+    torch.testing.assert_close(packed(q[:10], k[:10], v[:10]), ref[:10])
+
+
+def test_profile_step_packed_attention_and_coordinate_descent_flags(tmp_path, monkeypatch):
+    """--packed-attention P routes the trainers' attention through `packed_attention` and tags the rows;
+    --coordinate-descent sets Inductor's flag; a P of 1 or below 0 is refused before anything is written."""
+    import profile_step
+    import torch._inductor.config as inductor_config
+
+    import trainers.ensemble
+    import trainers.model
+
+    monkeypatch.setattr(trainers.model, "attend", trainers.model.attend)
+    monkeypatch.setattr(trainers.ensemble, "attend", trainers.ensemble.attend)
+    monkeypatch.setattr(inductor_config, "coordinate_descent_tuning", inductor_config.coordinate_descent_tuning)
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
+            "--top", "3", "--packed-attention", "4", "--coordinate-descent", "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    assert trainers.ensemble.attend is trainers.model.attend and trainers.model.attend.__qualname__.startswith("packed_attention")
+    assert inductor_config.coordinate_descent_tuning is True
+    assert "| ensemble+coord-descent+packed4 | 16 | 2 |" in (tmp_path / "profile.md").read_text()
+    for bad in ("1", "-2"):
+        with pytest.raises(SystemExit):
+            profile_step.main(argv[:-3] + [bad, "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
 
 
