@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.config import ModelConfig, PEConfig
+from trainers.logits import logits_product
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
 
@@ -51,14 +52,6 @@ def uses_math_attention(q: Tensor, k: Tensor) -> bool:
     return k.shape[-2] <= MATH_ATTENTION_MAX_TOKENS_COMPILED_GPU and torch.compiler.is_compiling()
 
 
-def logits_product(q: Tensor, k: Tensor) -> Tensor:
-    """q k^T in float32, or in q's dtype if wider: (..., Tq, hs), (..., T, hs) -> (..., Tq, T). One function so
-    that a GPU benchmark can try another form of this product (`analyses/benchmarks/profile_step.py
-    --bf16-logits`: bf16 inputs, float32 output)."""
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    return q.to(dtype) @ k.to(dtype).transpose(-2, -1)
-
-
 def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
                       scale: float | None = None) -> Tensor:
     """softmax(q k^T * scale + mask) in float32 (or q's dtype if wider), the weights
@@ -69,7 +62,8 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
     taken in float32 even for bf16 / fp16 inputs or under autocast, as SDPA's fused kernels and its math
     backend do by default: rounding the logits to bf16 first (8 significant bits) would move each by up
     to ~0.4% of its size before the softmax (0.05 at a logit of 13) and, in the test, more than double the
-    attention output's mean error of SDPA's own bf16 kernel (tests/trainers/test_model.py).
+    attention output's mean error of SDPA's own bf16 kernel (tests/trainers/test_model.py). On CUDA the
+    product of bf16 q and k is one bf16 product written in float32 (`trainers.logits.logits_product`).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     with torch.autocast(q.device.type, enabled=False):

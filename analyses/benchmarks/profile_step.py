@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 from bench_io import command_line, device_suffix, machine, sync, timed, write_results  # noqa: E402
-from step_experiments import EXPERIMENTS, apply_compile_mode, apply_packed_attention, check_half_logits  # noqa: E402
+from step_experiments import EXPERIMENTS, apply_compile_mode, apply_packed_attention  # noqa: E402
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
 OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
@@ -192,10 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
     torch.set_num_threads(args.threads)
-    if args.bf16_logits and device.type == "cuda":
-        logits, grads = check_half_logits(device)
-        print(f"--bf16-logits: relative difference from the float32 product {logits:.2e} (logits), "
-              f"{grads:.2e} (input gradients)", flush=True)
     from trainers.evaluate import cpu_has_bf16
     from trainers.memory import keep_freed_memory
 

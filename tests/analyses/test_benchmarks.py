@@ -221,8 +221,8 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
         experiments = {n for n in tar.getnames() if n.endswith("/profile.md")}
     assert {"machine.txt", "cuda_tests.log", "bench.log", "train.csv", "train.md", "profile.log", "profile.csv",
             "profile.md", "sweep.log", "sweep.csv", "sweep.md"} <= names
-    assert experiments == {"./profile.md", "./bf16logits/profile.md"}
-    assert "profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiment: bf16 logits exit 0" in machine
+    assert experiments == {"./profile.md", "./fp32logits/profile.md"}
+    assert "profile exit 0, sweep exit 0, cuda tests exit 0, benchmark exit 0; experiment: float32 logits exit 0" in machine
     assert "skipped" in tests_log  # no GPU here: the CUDA tests skip, not fail
     # which code ran: the commit the caller names, and the tree hash that names it where .git is stale
     sent = re.search(r"^commit sent: abc1234; working tree: ([0-9a-f]{40})$", machine, re.M)
@@ -231,7 +231,22 @@ def test_the_prepared_gpu_session_script_runs_end_to_end_at_toy_size_on_the_cpu(
         assert sent.group(1) == _git("rev-parse", "HEAD^{tree}")
     summary = (tmp_path / "summary.txt").read_text()
     assert "| d_model | config |" in summary and "| config | d_model |" in summary and "| part | hours |" in summary
-    assert "| ensemble+bf16-logits |" in summary
+    assert "| ensemble+fp32-logits |" in summary
+
+
+def test_the_gpu_session_scripts_experiment_plan_profiles_each_flag_in_its_own_process(tmp_path):
+    """PLAN=experiments: machine.txt and one profile per experiment, nothing else (a lease's second call)."""
+    res = _run_gpu_session(tmp_path, 1500, PLAN="experiments")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
+        names = set(tar.getnames())
+        machine = tar.extractfile("./machine.txt").read().decode()
+    profiles = {n for n in names if n.endswith("/profile.md")}
+    assert profiles == {f"./experiments/{e}/profile.md" for e in ("plain", "fp32logits", "packed4", "packed4_cd")}
+    assert not {"./cuda_tests.log", "./sweep.log", "./bench.log"} & names
+    assert "experiments exit: plain=0 fp32logits=0 packed4=0 packed4_cd=0" in machine
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "| ensemble+fp32-logits |" in summary and "| ensemble+coord-descent+packed4 |" in summary
 
 
 def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(tmp_path):
@@ -246,7 +261,7 @@ def test_the_gpu_session_script_keeps_to_its_budget_and_skips_what_does_not_fit(
     with tarfile.open(tmp_path / "gpu_session.tgz") as tar:
         machine = tar.extractfile("./machine.txt").read().decode()
         skipped = tar.extractfile("./bench.log").read().decode()
-    assert "bf16 logits exit 125" in machine and "benchmark exit 125" in machine
+    assert "float32 logits exit 125" in machine and "benchmark exit 125" in machine
     assert skipped.startswith("skipped:") and "of the 16 s budget" in skipped
 
 
@@ -318,54 +333,20 @@ def test_device_busy_time_leaves_out_the_gpus_user_annotations():
     assert math.isnan(busy) and n == 0
 
 
-def test_bf16_logits_experiment_routes_the_attention_logits_and_checks_itself(tmp_path, monkeypatch):
-    """--bf16-logits swaps `trainers.model.logits_product`, which every attention-weights call goes through, for
-    `HalfLogits`: off a CUDA device its product is the float32 one of the upcast inputs, so the CPU runs the same
-    forward and backward as the GPU (the fourth lease found the CUDA kernel had no derivative: a CPU test that
-    never ran the backward could not have)."""
+def test_float32_logits_experiment_restores_the_float32_product(tmp_path, monkeypatch):
+    """--float32-logits points `trainers.model.logits_product`, which every attention-weights call goes through,
+    at the float32 product of the upcast inputs (the GPU's form before the fourth lease) and tags the rows."""
     import profile_step
-    import step_experiments as ex
 
+    import trainers.logits
     import trainers.model
-    from trainers.model import attention_weights
 
-    q, k = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 7, 8)
-    before = attention_weights(q, k)
     monkeypatch.setattr(trainers.model, "logits_product", trainers.model.logits_product)
-    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble,ensemble-bf16",
-            "--bf16-logits", "--top", "3", "--out", str(tmp_path)]
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
+            "--float32-logits", "--top", "3", "--out", str(tmp_path)]
     assert profile_step.main(argv) == 0
-    assert trainers.model.logits_product is ex.half_logits_product
-    text = (tmp_path / "profile.md").read_text()
-    assert "| ensemble+bf16-logits | 16 | 2 |" in text and "## ensemble-bf16+bf16-logits: top 3 operators" in text
-    assert torch.equal(attention_weights(q, k), before)  # float32 inputs: the float32 product itself
-    qb, kb = q.bfloat16().requires_grad_(), k.bfloat16().requires_grad_()
-    y = ex.half_logits_product(qb, kb)
-    assert y.dtype == torch.float32 and torch.equal(y, qb.float() @ kb.float().transpose(-2, -1))
-    # the backward: the gradient rounded to bf16, then two bf16 products (brute force on the same numbers)
-    w = torch.randn(3, 2, 5, 7)
-    gq, gk = torch.autograd.grad((y * w).sum(), (qb, kb))
-    wb = w.bfloat16().float()
-    torch.testing.assert_close(gq.float(), (wb @ kb.float()).bfloat16().float(), rtol=0, atol=0)
-    torch.testing.assert_close(gk.float(), (wb.transpose(-2, -1) @ qb.float()).bfloat16().float(), rtol=0, atol=0)
-    logits, grads = ex.check_half_logits(torch.device("cpu"))
-    assert logits == 0.0 and 1e-4 < grads < 5e-3  # the one bf16 rounding of the incoming gradient, no more
-    monkeypatch.setattr(ex, "half_logits_product", lambda a, b: 1.01 * ex.float32_logits_product(a, b))
-    with pytest.raises(RuntimeError, match=r"differs from the float32 one by 1\.00e-02 \(logits; at most 1e-05\)"):
-        ex.check_half_logits(torch.device("cpu"))
-    # the gradients may be off by about a bf16 rounding (kept under 1e-2), not more: same logits, gradients scaled
-    def scaled_grad(scale):
-        def product(a, b):
-            y = ex.float32_logits_product(a, b)
-            return y + (scale - 1) * (y - y.detach())  # the value of y, the gradient times scale
-        return product
-
-    monkeypatch.setattr(ex, "half_logits_product", scaled_grad(1.005))
-    logits, grads = ex.check_half_logits(torch.device("cpu"))
-    assert logits == 0.0 and grads == pytest.approx(0.005, abs=1e-3)
-    monkeypatch.setattr(ex, "half_logits_product", scaled_grad(1.05))
-    with pytest.raises(RuntimeError, match=r"by 0\.00e\+00 \(logits; at most 1e-05\) and 5\.\d\de-02 \(gradients; at most 0\.01\)"):
-        ex.check_half_logits(torch.device("cpu"))
+    assert trainers.model.logits_product is trainers.logits.float32_logits
+    assert "| ensemble+fp32-logits | 16 | 2 |" in (tmp_path / "profile.md").read_text()
     with pytest.raises(SystemExit):
         profile_step.main(argv[:-4] + ["--top", "0", "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
@@ -407,12 +388,16 @@ def test_profile_step_packed_attention_and_coordinate_descent_flags(tmp_path, mo
 
     monkeypatch.setattr(trainers.model, "attend", trainers.model.attend)
     monkeypatch.setattr(trainers.ensemble, "attend", trainers.ensemble.attend)
-    monkeypatch.setattr(inductor_config, "coordinate_descent_tuning", inductor_config.coordinate_descent_tuning)
+    # not monkeypatch.setattr: its undo deletes the attribute, which hides the option from Inductor for good
+    before = inductor_config.coordinate_descent_tuning
     argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
             "--top", "3", "--packed-attention", "4", "--coordinate-descent", "--out", str(tmp_path)]
-    assert profile_step.main(argv) == 0
+    try:
+        assert profile_step.main(argv) == 0
+        assert inductor_config.coordinate_descent_tuning is True
+    finally:
+        inductor_config.coordinate_descent_tuning = before
     assert trainers.ensemble.attend is trainers.model.attend and trainers.model.attend.__qualname__.startswith("packed_attention")
-    assert inductor_config.coordinate_descent_tuning is True
     assert "| ensemble+coord-descent+packed4 | 16 | 2 |" in (tmp_path / "profile.md").read_text()
     for bad in ("1", "-2"):
         with pytest.raises(SystemExit):

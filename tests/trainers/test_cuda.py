@@ -176,3 +176,22 @@ def test_group_gradients_arrive_in_the_parameters_layout_on_the_gpu(compile):
     copies per step, as many as the stack's transposed weights (18): a gradient in another layout than its
     parameter would be one such copy (`trainers.train.in_layout_of`). This says whether it is."""
     assert grads_outside_param_layout("cuda", compile, bf16=True) == []
+
+
+def test_bf16_attention_logits_on_the_gpu_are_one_product_written_in_float32():
+    """On CUDA, bf16 q and k give their logits through CUDA's out_dtype kernel (`trainers.logits.HalfLogits`):
+    the float32 product's values up to the order of the sums, and its input gradients up to about one bf16
+    rounding of the incoming gradient (the fourth lease: 1.7e-7 and 2.6e-3)."""
+    from trainers.logits import float32_logits, logits_product, uses_half_logits
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k = (torch.randn(512, 1, 16, 160, device="cuda", generator=g).bfloat16().requires_grad_() for _ in range(2))
+    w = torch.randn(512, 1, 16, 16, device="cuda", generator=g)
+    assert uses_half_logits(q, k)
+    outs = []
+    for fn in (logits_product, float32_logits):
+        y = fn(q, k)
+        assert y.dtype == torch.float32
+        outs.append((y, *torch.autograd.grad((y * w).sum(), (q, k))))
+    rel = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(*outs)]
+    assert rel[0] < 1e-5 and max(rel[1:]) < 1e-2, rel

@@ -1,0 +1,88 @@
+"""The attention logits q k^T (`trainers.logits`): the float32 product, and the half-precision product written
+in float32 that CUDA steps take, whose forward and backward the CPU runs over an upcast product."""
+
+import pytest
+import torch
+
+from trainers.logits import HalfLogits, float32_logits, half_logits, logits_product, uses_half_logits
+
+
+def _qk(dtype=torch.float32, shape=(3, 2, 5, 8), keys=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*shape, generator=g).to(dtype)
+    k = torch.randn(*shape[:-2], keys, shape[-1], generator=g).to(dtype)
+    return q, k
+
+
+def test_float32_logits_upcast_half_inputs_and_keep_wider_ones():
+    q, k = _qk(torch.bfloat16)
+    y = float32_logits(q, k)
+    assert y.dtype == torch.float32 and y.shape == (3, 2, 5, 7)
+    assert torch.equal(y, q.float() @ k.float().transpose(-2, -1))
+    assert float32_logits(q.double(), k.double()).dtype == torch.float64
+
+
+def test_the_cpu_takes_the_float32_product_even_for_bf16_inputs():
+    q, k = _qk(torch.bfloat16)
+    assert not uses_half_logits(q, k)
+    assert torch.equal(logits_product(q, k), float32_logits(q, k))
+
+
+def test_half_logits_forward_and_backward_against_brute_force():
+    """Forward: the float32 product of the same bf16 numbers. Backward: the incoming gradient rounded to bf16
+    once, then two products whose results are rounded to bf16 (what a bf16 product under autocast gives)."""
+    q, k = (t.requires_grad_() for t in _qk(torch.bfloat16))
+    y = half_logits(q, k)
+    assert y.dtype == torch.float32 and torch.equal(y, q.float() @ k.float().transpose(-2, -1))
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    gq, gk = torch.autograd.grad((y * w).sum(), (q, k))
+    assert gq.dtype == gk.dtype == torch.bfloat16
+    wb = w.bfloat16().float()
+    assert torch.equal(gq, (wb @ k.float()).bfloat16())
+    assert torch.equal(gk, (wb.transpose(-2, -1) @ q.float()).bfloat16())
+
+
+def test_half_logits_stay_within_one_bf16_rounding_of_the_float32_products_gradients():
+    """Against the float32 product's backward (the gradient multiplied in float32, rounded once at the end):
+    the same logits, input gradients apart by about one bf16 rounding (2^-8 ~ 4e-3) and no more."""
+    q, k = (t.requires_grad_() for t in _qk(torch.bfloat16, shape=(64, 1, 16, 32), keys=16))
+    w = torch.randn(64, 1, 16, 16, generator=torch.Generator().manual_seed(2))
+    outs = []
+    for fn in (half_logits, float32_logits):
+        y = fn(q, k)
+        outs.append((y, *torch.autograd.grad((y * w).sum(), (q, k))))
+    rel = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(*outs)]
+    assert rel[0] == 0.0
+    assert all(1e-4 < r < 5e-3 for r in rel[1:]), rel
+
+
+def test_half_logits_compile_to_the_eager_values():
+    """Dynamo traces the autograd.Function (the CUDA steps that use it are compiled)."""
+    q, k = (t.requires_grad_() for t in _qk(torch.bfloat16))
+    torch._dynamo.reset()
+    compiled = torch.compile(half_logits, fullgraph=True)
+    y = compiled(q, k)
+    assert torch.equal(y, half_logits(q, k))
+    g = torch.autograd.grad(y.sum(), (q, k))
+    for a, b in zip(g, torch.autograd.grad(half_logits(q, k).sum(), (q, k))):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_logits_product_compiles_on_the_cpu_to_the_float32_product():
+    """The choice between the two products traces under torch.compile (compiled steps call it)."""
+    q, k = _qk(torch.bfloat16)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(logits_product, fullgraph=True)(q, k), float32_logits(q, k))
+
+
+def test_half_logits_flatten_and_restore_the_leading_dimensions():
+    q, k = _qk(torch.bfloat16, shape=(2, 3, 4, 1, 8), keys=6)
+    y = half_logits(q, k)
+    assert y.shape == (2, 3, 4, 1, 6)
+    assert torch.equal(y, HalfLogits.apply(q.reshape(-1, 1, 8), k.reshape(-1, 6, 8)).view(2, 3, 4, 1, 6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_uses_half_logits_only_for_half_inputs(dtype):
+    q, k = _qk(dtype)
+    assert not uses_half_logits(q, k)

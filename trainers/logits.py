@@ -1,0 +1,80 @@
+"""The attention logits q k^T, always accumulated and written in float32 (or the inputs' wider dtype).
+
+Rounding the logits to bf16 before the softmax would move each by up to ~0.4% of its size, and more than
+double the attention output's error in `tests/trainers/test_model.py`; SDPA's kernels keep them in float32
+too. Two ways to get float32 logits from the bf16 q and k of an autocast step:
+
+- upcast q and k and take a float32 product (`float32_logits`): every device, but on a GPU at the study's
+  16 tokens cuBLAS runs that batch of 38,400 tiny float32 products at 7 TFLOP/s (H200, third lease);
+- one half-precision product that accumulates and writes float32 (`HalfLogits`, CUDA's
+  ``torch.bmm(..., out_dtype=torch.float32)``): the same products (two bf16 numbers multiply exactly in
+  float32) summed in another order. The fourth lease measured the compiled K = 300 bf16 step at 35.66 ms
+  with the first and 33.13 ms with this one (1.076x; reports/benchmarks/gpu_session.md), the logits
+  1.7e-7 apart (relative norm) and the input gradients 2.6e-3 (the backward's one bf16 rounding).
+
+`logits_product` takes the second on CUDA for half-precision inputs, the first everywhere else.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+HALF = (torch.bfloat16, torch.float16)
+# torch.bmm(..., out_dtype=...) exists from torch 2.8 on (as the overload aten::bmm.dtype); looked up once here,
+# not inside compiled steps
+HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
+
+
+def float32_logits(q: Tensor, k: Tensor) -> Tensor:
+    """q k^T in float32, or in q's dtype if wider: the inputs upcast, then one product."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    return q.to(dtype) @ k.to(dtype).transpose(-2, -1)
+
+
+def float32_out_bmm(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b of half-precision batches (N, n, m) @ (N, m, p), accumulated and written in float32: CUDA's
+    out_dtype kernel, elsewhere the float32 product of the upcast inputs (the same values up to the order of
+    the sums). The fallback lets the CPU tests run `HalfLogits` forward and backward as the GPU does."""
+    if a.device.type == "cuda":
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())
+
+
+class HalfLogits(torch.autograd.Function):
+    """q k^T of half-precision batches (N, Tq, hs), (N, T, hs) as one product written in float32, with its
+    own backward (CUDA's out_dtype kernel has none: "derivative for aten::bmm is not implemented"). The
+    backward rounds the incoming float32 gradient to the inputs' dtype and takes dq = g k and dk = g^T q in
+    it, as a bf16 product under autocast does; the float32 product's backward would multiply in float32 and
+    round only the result."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor) -> Tensor:
+        ctx.save_for_backward(q, k)
+        return float32_out_bmm(q, k.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
+        q, k = ctx.saved_tensors
+        g = grad.to(q.dtype)
+        return torch.bmm(g, k), torch.bmm(g.transpose(1, 2), q)
+
+
+def half_logits(q: Tensor, k: Tensor) -> Tensor:
+    """q k^T of half-precision (..., Tq, hs), (..., T, hs) as `HalfLogits` over the flattened batch."""
+    *lead, tq, hs = q.shape
+    out = HalfLogits.apply(q.reshape(-1, tq, hs), k.reshape(-1, k.shape[-2], hs))
+    return out.view(*lead, tq, k.shape[-2])
+
+
+def uses_half_logits(q: Tensor, k: Tensor) -> bool:
+    """Whether `logits_product` takes the half-precision product: CUDA inputs of one half dtype, on a torch
+    that has the out_dtype kernel."""
+    return HAS_OUT_DTYPE_BMM and q.device.type == "cuda" and q.dtype in HALF and k.dtype == q.dtype
+
+
+def logits_product(q: Tensor, k: Tensor) -> Tensor:
+    """q k^T in float32 (or q's dtype if wider): (..., Tq, hs), (..., T, hs) -> (..., Tq, T); on CUDA for
+    bf16 / fp16 inputs one half-precision product written in float32 (`HalfLogits`), elsewhere the float32
+    product of the upcast inputs."""
+    return half_logits(q, k) if uses_half_logits(q, k) else float32_logits(q, k)
