@@ -12,7 +12,7 @@ too. Two ways to get float32 logits from the bf16 q and k of an autocast step:
   with the first and 33.13 ms with this one (1.076x; reports/benchmarks/gpu_session.md), the logits
   1.7e-7 apart (relative norm) and the input gradients 2.6e-3 (the backward's one bf16 rounding).
 
-`logits_product` takes the second on CUDA for half-precision inputs, the first everywhere else.
+`logits_product` takes the second on CUDA for bf16 inputs, the first everywhere else.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-HALF = (torch.bfloat16, torch.float16)
-# torch.bmm(..., out_dtype=...) exists from torch 2.8 on (as the overload aten::bmm.dtype); looked up once here,
+HALF = (torch.bfloat16,)  # the dtype measured on a GPU; fp16 (which the trainers never use) keeps the float32 product
+# torch.bmm(..., out_dtype=...) is the overload aten::bmm.dtype, which older torch releases lack; looked up once here,
 # not inside compiled steps
 HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
 
@@ -68,13 +68,13 @@ def half_logits(q: Tensor, k: Tensor) -> Tensor:
 
 
 def uses_half_logits(q: Tensor, k: Tensor) -> bool:
-    """Whether `logits_product` takes the half-precision product: CUDA inputs of one half dtype, on a torch
+    """Whether `logits_product` takes the half-precision product: bf16 CUDA inputs (`HALF`), on a torch
     that has the out_dtype kernel."""
     return HAS_OUT_DTYPE_BMM and q.device.type == "cuda" and q.dtype in HALF and k.dtype == q.dtype
 
 
 def logits_product(q: Tensor, k: Tensor) -> Tensor:
     """q k^T in float32 (or q's dtype if wider): (..., Tq, hs), (..., T, hs) -> (..., Tq, T); on CUDA for
-    bf16 / fp16 inputs one half-precision product written in float32 (`HalfLogits`), elsewhere the float32
-    product of the upcast inputs."""
+    bf16 inputs one bf16 product written in float32 (`HalfLogits`), elsewhere the float32 product of the
+    upcast inputs."""
     return half_logits(q, k) if uses_half_logits(q, k) else float32_logits(q, k)

@@ -82,7 +82,26 @@ def test_half_logits_flatten_and_restore_the_leading_dimensions():
     assert torch.equal(y, HalfLogits.apply(q.reshape(-1, 1, 8), k.reshape(-1, 6, 8)).view(2, 3, 4, 1, 6))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_uses_half_logits_only_for_half_inputs(dtype):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_uses_half_logits_only_for_bf16_inputs(dtype):
     q, k = _qk(dtype)
     assert not uses_half_logits(q, k)
+
+
+def test_uses_half_logits_needs_cuda_bf16_on_both_inputs_and_the_kernel(monkeypatch):
+    """The choice itself, on stand-ins for CUDA tensors (only their device type and dtype are read)."""
+    from types import SimpleNamespace
+
+    import trainers.logits
+
+    def t(device, dtype):
+        return SimpleNamespace(device=SimpleNamespace(type=device), dtype=dtype)
+
+    bf16, cuda = torch.bfloat16, "cuda"
+    monkeypatch.setattr(trainers.logits, "HAS_OUT_DTYPE_BMM", True)
+    assert uses_half_logits(t(cuda, bf16), t(cuda, bf16))
+    assert not uses_half_logits(t(cuda, torch.float16), t(cuda, torch.float16))
+    assert not uses_half_logits(t(cuda, bf16), t(cuda, torch.float32))
+    assert not uses_half_logits(t("cpu", bf16), t("cpu", bf16))
+    monkeypatch.setattr(trainers.logits, "HAS_OUT_DTYPE_BMM", False)  # a torch without aten::bmm.dtype
+    assert not uses_half_logits(t(cuda, bf16), t(cuda, bf16))
