@@ -10,8 +10,8 @@
 #      real trainer (bf16, compiled) for 4 epochs: setup, compilation, training, evaluation and checkpoint
 #      times, and the full sweep projected from them (bench_sweep.py);
 #   4. cuda_tests.log : tests/trainers/test_cuda.py (fused attention, the compiled step's matmul-softmax
-#      attention, TF32 products, ensemble == solo, bf16 / compile / CUDA-graph / TF32 runs of the LST and
-#      masked trainers), on 4 pytest-xdist workers where the image has xdist;
+#      attention, its bf16 logits product, TF32 products, ensemble == solo, bf16 / compile / CUDA-graph / TF32
+#      runs of the LST and masked trainers), on 4 pytest-xdist workers where the image has xdist;
 #   5. fp32logits/profile_cuda.md : the same step with the attention logits as the float32 product of the
 #      upcast q and k (--float32-logits, the GPU's form until the fourth lease): what the bf16 product written
 #      in float32 (trainers.logits, adopted after the fourth lease measured it, 1.076x) gives, in this lease;
@@ -19,8 +19,10 @@
 #      loop, the single model (eager) and the K = 300 ensemble (bf16 eager and compiled), ratios to the
 #      naive loop measured in this run (rewritten after every configuration: a timeout keeps what was
 #      measured).
-#   The third lease's experiments (--bias-in-product, --bf16-residual, --compile-mode) are measured
-#   (reports/benchmarks/gpu_session.md) and no longer run here; profile_step.py keeps their flags.
+#   The fourth lease ran these steps (with --bf16-logits, which failed, in place of step 5) in 266 s.
+#   The third and fourth leases' experiments (--bias-in-product, --bf16-residual, --compile-mode,
+#   --packed-attention, --coordinate-descent) are measured (reports/benchmarks/gpu_session.md) and no longer
+#   run here but in PLAN=experiments; profile_step.py keeps their flags.
 #   The earlier sessions are in reports/benchmarks/gpu_session.md.
 # Usage, from the repository root on a machine with a CUDA GPU and torch:
 #   bash analyses/benchmarks/gpu_session.sh OUT_DIR        (default: $OUT, else out/gpu-session)
