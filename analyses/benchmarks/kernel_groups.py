@@ -34,7 +34,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER = "other"
 SKIP = ("##", "aten::", "Command Buffer Full")
-TOTAL = re.compile(r"Self CUDA time total: ([\d.]+)(ms|us|s)\b")
+TOTAL = re.compile(r"Self CUDA time total: ([\d.]+(?:ms|us|s))\b")
 # name, then ten columns: Self CPU %, Self CPU, CPU total %, CPU total, CPU time avg, Self CUDA, Self CUDA %,
 # CUDA total, CUDA time avg, # of Calls
 ROW = re.compile(r"^\s*(\S.*?)\s{2,}" + r"(\S+)\s+" * 9 + r"(\d+)\s*$")
@@ -79,10 +79,14 @@ def sections(text: str) -> dict[str, str]:
     return out
 
 
+DEFAULT_STEPS = 5  # profile_step.py's --steps default (not imported: that module loads torch)
+
+
 def steps_of(text: str) -> int:
-    """The profiled steps per configuration, from the report's command line (``--steps N``; else 5, the default)."""
-    m = re.search(r"--steps (\d+)", text.split("\n\n")[1] if "\n\n" in text else text)
-    return int(m.group(1)) if m else 5
+    """The profiled steps per configuration, from the report's "Written by `...`" command line (``--steps N``;
+    without it, profile_step.py's default)."""
+    m = re.search(r"^Written by `[^`]*--steps (\d+)", text, re.M)
+    return int(m.group(1)) if m else DEFAULT_STEPS
 
 
 def summarize(table: str, steps: int) -> tuple[list[tuple[str, float, int]], float]:
@@ -96,11 +100,12 @@ def summarize(table: str, steps: int) -> tuple[list[tuple[str, float, int]], flo
     if not total:
         raise ValueError("no 'Self CUDA time total' line: not a GPU profile (profile_step.py --device cuda)")
     return (sorted(((g, v[0], v[1]) for g, v in groups.items()), key=lambda r: -r[1]),
-            to_ms(total.group(1) + total.group(2)) / steps)
+            to_ms(total.group(1)) / steps)
 
 
 def markdown(config: str, rows: list[tuple[str, float, int]], total: float) -> str:
-    lines = [f"### {config}", "", "| kernels | ms/step | share of GPU time | kernels listed |", "| --- | ---: | ---: | ---: |"]
+    lines = [f"### {config}", "", "| kernels | ms/step | share of GPU time | kernels listed |",
+             "| --- | ---: | ---: | ---: |"]
     for group, ms, n in rows:
         lines.append(f"| {group} | {ms:.2f} | {ms / total:.1%} | {n} |")
     listed = sum(r[1] for r in rows)
