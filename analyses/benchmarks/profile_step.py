@@ -31,7 +31,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
 from bench_io import command_line, device_suffix, machine, sync, timed, write_results  # noqa: E402
-from step_experiments import EXPERIMENTS, apply_compile_mode, apply_packed_attention  # noqa: E402
+from step_experiments import (  # noqa: E402
+    ACTIVATIONS, EXPERIMENTS, apply_activation, apply_compile_mode, apply_packed_attention)
 
 CONFIGS = ("single", "single-bf16", "ensemble", "ensemble-tf32", "ensemble-bf16")
 OPTIONAL = ("single-compile", "single-bf16-compile", "ensemble-compile", "ensemble-bf16-compile")  # --configs only
@@ -173,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="experiment: attention over P puzzles at a time as one sequence with a block-diagonal mask "
                         "(same maths; larger, fewer products) where the matmul-softmax path runs: the CPU and compiled "
                         "GPU steps (rows tagged '+packedP'; default 0: off)")
+    p.add_argument("--activation", default=None, choices=sorted(ACTIVATIONS),
+                   help="experiment: the MLP's activation replaced by GELU's tanh approximation or ReLU (rows tagged "
+                        "'+ACTIVATION'): not the study's model (its exact erf GELU stays the trainers'); what the exact "
+                        "GELU costs the step, the most any faster kernel for it could give")
     p.add_argument("--top", type=int, default=TOP, help=f"operators listed per configuration (default {TOP})")
     p.add_argument("--shapes", action="store_true", help="also list the top operators split by their input "
                    "shapes (torch.profiler record_shapes): which tensors the copies and matrix products move")
@@ -188,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         apply_compile_mode(args.compile_mode)
     if args.packed_attention:
         apply_packed_attention(args.packed_attention)
+    if args.activation:
+        apply_activation(args.activation)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device available")
@@ -214,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         row["config"] += "".join(EXPERIMENTS[name][0] for name in chosen)
         if args.packed_attention:
             row["config"] += f"+packed{args.packed_attention}"
+        if args.activation:
+            row["config"] += "+" + args.activation
         if args.compile_mode and "compile" in config:
             row["config"] += "+" + args.compile_mode
         rows.append(row)

@@ -5,7 +5,7 @@ None of them is the trainers' arithmetic or code path until a lease has measured
 (as the bmm + bias add of `trainers.ensemble._linear` was after the third lease, and the bf16 logits
 product of `trainers.logits` after the fourth). Each either keeps the step's maths (another summation order
 at most: --packed-attention, --contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent,
---compile-mode) or says what it changes (--bf16-residual; --float32-logits, whose backward multiplies the
+--compile-mode) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
 logits' gradient in float32 where the trainers' CUDA product rounds it to bf16). The patches last for the
 process: `profile_step.main` applies them before it builds a step.
 """
@@ -133,6 +133,30 @@ def apply_packed_attention(puzzles: int) -> None:
     import trainers.model
 
     trainers.model.attend = trainers.ensemble.attend = packed_attention(puzzles)
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh-gelu": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "relu": torch.nn.functional.relu,
+}
+"""--activation's choices: stand-ins for the MLP's exact (erf) GELU, the study's activation, which stays the
+trainers' one. Neither is the study's model: they measure what the exact GELU costs a step, so an upper bound
+on what any faster kernel for it could give (the tanh form: the cheaper formula; ReLU: the cheapest activation)."""
+
+
+def apply_activation(name: str) -> None:
+    """Replace the MLP's GELU in this process's trainers by ``ACTIVATIONS[name]`` (an experiment flag with a
+    value). The trainers call ``F.gelu`` through their module's ``F``; each module gets a copy of
+    ``torch.nn.functional`` whose ``gelu`` is the stand-in, so nothing else changes and compiled steps trace it."""
+    import types
+
+    import trainers.ensemble
+    import trainers.model
+
+    functional = types.ModuleType("functional_with_" + name.replace("-", "_"))
+    functional.__dict__.update(torch.nn.functional.__dict__)
+    functional.gelu = ACTIVATIONS[name]
+    trainers.model.F = trainers.ensemble.F = functional
 
 
 # The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help; the

@@ -405,6 +405,40 @@ def test_profile_step_packed_attention_and_coordinate_descent_flags(tmp_path, mo
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.parametrize("name", ["tanh-gelu", "relu"])
+def test_profile_step_activation_flag_swaps_only_the_mlps_gelu(tmp_path, monkeypatch, name):
+    """--activation NAME gives the trainers' modules a `torch.nn.functional` whose gelu is the stand-in (the
+    model's MLP then computes it: checked on a single model against the stand-in by hand), leaves torch's own
+    module and every other function alone, tags the rows, and refuses an unknown name before writing."""
+    import torch.nn.functional as F
+
+    import profile_step
+    import step_experiments as ex
+
+    import trainers.ensemble
+    import trainers.model
+    from trainers.config import ModelConfig
+    from trainers.model import MLP
+
+    monkeypatch.setattr(trainers.model, "F", trainers.model.F)
+    monkeypatch.setattr(trainers.ensemble, "F", trainers.ensemble.F)
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
+            "--top", "3", "--activation", name, "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    assert trainers.model.F is trainers.ensemble.F and trainers.model.F is not F
+    assert trainers.model.F.gelu is ex.ACTIVATIONS[name] and F.gelu is not ex.ACTIVATIONS[name]
+    assert trainers.model.F.softmax is F.softmax and trainers.model.F.layer_norm is F.layer_norm
+    mlp = MLP(ModelConfig(d_model=8))
+    x = torch.randn(3, 8)
+    expected = mlp.proj(F.gelu(mlp.fc(x), approximate="tanh") if name == "tanh-gelu" else F.relu(mlp.fc(x)))
+    torch.testing.assert_close(mlp(x), expected)
+    assert not torch.allclose(mlp(x), mlp.proj(F.gelu(mlp.fc(x))))
+    assert f"| ensemble+{name} | 16 | 2 |" in (tmp_path / "profile.md").read_text()
+    with pytest.raises(SystemExit):
+        profile_step.main(argv[:-3] + ["swish", "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
+
+
 def test_profile_step_compile_mode_reaches_torch_compile_and_tags_compiled_rows_only(tmp_path, monkeypatch):
     """--compile-mode sets `trainers.train.COMPILE_MODE`, which `compiled_step` hands to torch.compile."""
     import profile_step
