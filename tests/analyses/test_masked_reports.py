@@ -446,8 +446,9 @@ def test_stop_workers_ends_running_worker_processes_at_once():
     # the pool's call queue holds up to workers + 1 calls, refilled as the workers take theirs: up to 3 calls
     # beyond the 2 running ones (futures 2-4) may count as running, not cancellable, depending on when its
     # manager thread woke. That thread also ends the rest, asynchronously: cancelled if it saw the shutdown
-    # first, failed with BrokenProcessPool if it saw the terminated workers first (as it did once in a full
-    # `make test`). Either way none may run: none of the waiting calls may have run to completion
+    # first, failed with BrokenProcessPool if it saw the terminated workers first (both seen in scratch runs;
+    # a check for cancelled calls made at once, without waiting, failed once in a full `make test`). Either
+    # way none may run: none of the waiting calls may have run to completion
     from concurrent.futures.process import BrokenProcessPool
 
     t1 = time.time()  # poll `done`: `wait` does not count a cancelled call the pool never picked up again as done
