@@ -100,16 +100,32 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
             yield stage
         (stage / MARKER).write_text("written by pe-probe\n")
         if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
-            os.replace(out, trash / out.name)
-            os.replace(stage, out)
-            shutil.rmtree(trash, ignore_errors=True)
+            _swap_in(stage, out)
         else:
             os.replace(stage, out)
         _open_up(out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _swap_in(stage: Path, out: Path) -> None:
+    """Replace the existing folder ``out`` by ``stage``: the old one is moved aside first (two renames; a
+    folder cannot replace a non-empty one in one). If either rename fails the old report is back in place
+    and its aside folder is gone, so a failed rewrite leaves nothing behind but the caller's staging folder."""
+    trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+    try:
+        os.replace(out, trash / out.name)
+    except BaseException:
+        shutil.rmtree(trash, ignore_errors=True)
+        raise
+    try:
+        os.replace(stage, out)
+    except BaseException:
+        os.replace(trash / out.name, out)
+        shutil.rmtree(trash, ignore_errors=True)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -295,3 +295,29 @@ def test_embedding_csv_keeps_six_significant_digits(tmp_path):
     write_data_files(_result(coords, emb, {"rsa": 0.5}), tmp_path)
     df = pd.read_csv(tmp_path / "embedding.csv")
     np.testing.assert_allclose(df["mds_0"], 1.23457, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("failing", ["old report aside", "new report in"])
+def test_a_failed_swap_keeps_the_previous_report_and_leaves_no_hidden_folders(tmp_path, monkeypatch, failing):
+    """The rewrite of an existing report takes two renames (the old folder aside, the new one in). If either
+    fails (a read-only report: Permission denied) the old report stays whole and no .old-* folder is left;
+    the first failure used to leave an empty one behind, the second the old report in it."""
+    import pe_probe.output as output
+
+    out = tmp_path / "report"
+    _write_report(out, "good")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        src, dst = Path(src), Path(dst)
+        moving_old_aside = src == out and ".old-" in dst.parent.name
+        moving_new_in = dst == out and ".staging-" in src.name
+        if (failing == "old report aside" and moving_old_aside) or (failing == "new report in" and moving_new_in):
+            raise PermissionError(13, "Permission denied", str(src))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(output.os, "replace", replace)
+    with pytest.raises(PermissionError):
+        _write_report(out, "new")
+    assert (out / "report.txt").read_text() == "good" and (out / MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
