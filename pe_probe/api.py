@@ -71,6 +71,16 @@ def _resolve_ground_truth(loaded_gt: GroundTruth | None, ground_truth, n_rows: i
     return gt
 
 
+def _reference_for_rows(analyze_kwargs: dict[str, Any], table: Any, span: tuple[int, int] | None,
+                        full: int) -> dict[str, Any]:
+    """``analyze_kwargs`` with a whole-table ``reference`` cut to the analysed rows ``span``, as the ground truth is."""
+    from .reference import reference_for_rows
+
+    spec = analyze_kwargs.get("reference")
+    ref = reference_for_rows(spec, len(table), int(np.shape(table)[1]), tuple(span) if span else None, full)
+    return analyze_kwargs if ref is spec else {**analyze_kwargs, "reference": ref}
+
+
 def _refuse_counting_dropped_rows(ground_truth, n_rows: int, extra: int | None, asked: int | None) -> None:
     """A ground truth that counts the ``extra`` leading rows just dropped: say so, and how to keep them (the
     generic size mismatch would suggest --positions, which keeps the wrong rows)."""
@@ -135,6 +145,7 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
             if gt is not None:
                 gt = gt.rows(*span)
         gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full)
+        analyze_kwargs = _reference_for_rows(analyze_kwargs, table, span, full)
         prov = {"source": src, "source_kind": "builtin", "param": name, "layer": None, "sha256": None,
                 "original_shape": shape, "extra_tokens": 0, "positions": list(span) if span else None,
                 "row_centred": _row_centred(np.asarray(table, dtype=np.float64)), "notes": []}
@@ -148,6 +159,7 @@ def analyze_source(source: str | os.PathLike, ground_truth=None, *, param: str |
         _refuse_counting_dropped_rows(ground_truth, len(loaded.table), loaded.extra_tokens, drop_extra_tokens)
     gt = _resolve_ground_truth(loaded.ground_truth, ground_truth, len(loaded.table), loaded.positions, full_rows,
                                loaded.ground_truth_error, loaded.grid_hint)
+    analyze_kwargs = _reference_for_rows(analyze_kwargs, loaded.table, loaded.positions, full_rows)
     prov = loaded.provenance()
     prov["config"] = loaded.config
     prov["checkpoint_metrics"] = loaded.checkpoint_metrics
@@ -234,7 +246,7 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
                             drop_extra_tokens=drop_extra_tokens, return_chance=True)
     results = []
     for label, table, info, chance in items:
-        gt = meta.get("ground_truth")
+        gt, kwargs = meta.get("ground_truth"), analyze_kwargs
         if view == "attention" or positions is None:
             if view != "attention":
                 _refuse_counting_dropped_rows(ground_truth, len(table), info.get("extra_tokens"), drop_extra_tokens)
@@ -244,9 +256,10 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
             if gt is not None and gt.n == full:
                 gt = gt.rows(*span)
             gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full, meta.get("ground_truth_error"))
+            kwargs = _reference_for_rows(analyze_kwargs, table, span, full)
         prov = dict(base_prov, param=label, layer=info.get("layer"), view=info, notes=list(info.get("notes") or []),
                     extra_tokens=info.get("extra_tokens"), original_shape=_stored_shape(state, info.get("param")))
-        res = analyze(table, gt, provenance=prov, chance=chance, **analyze_kwargs)
+        res = analyze(table, gt, provenance=prov, chance=chance, **kwargs)
         if view == "kernel":
             from .views import kernel_distance_correlation
 

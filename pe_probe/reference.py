@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +69,34 @@ def sinusoid_2d(h: int, w: int, d: int, base: float = 10000.0) -> np.ndarray:
     return sinusoid(np.stack([rows, cols], axis=1), d, base)
 
 
-def parse_reference(spec: str | os.PathLike | np.ndarray, n: int, d: int) -> tuple[np.ndarray, str]:
+@dataclass(frozen=True)
+class SlicedReference:
+    """Rows of a whole-table reference, cut like the analysed rows (`reference_for_rows`), with their name."""
+    table: np.ndarray
+    name: str
+
+
+def reference_for_rows(spec: Any, n: int, d: int, span: tuple[int, int] | None, full: int) -> Any:
+    """The reference for rows ``span`` (n of them) of a table of ``full`` rows: a reference of the whole table
+    (``sin2d:HxW`` with H x W = full, a file of ``full`` rows) is cut like the ground truth is; anything else is
+    returned as given, for `parse_reference` to check against the n analysed rows. ``sin1d`` is built for the
+    n rows directly: a slice's 1D sinusoid differs from it by a rotation, which no distance sees."""
+    if spec is None or span is None or full == n or not isinstance(spec, (str, os.PathLike)):
+        return spec
+    if os.fspath(spec).strip().lower() == "sin1d":
+        return spec
+    try:
+        ref, name = parse_reference(spec, full, d)
+    except InputError:  # not a whole-table reference: parse_reference names the problem against the n rows
+        return spec
+    return SlicedReference(ref[span[0]:span[1]], f"{name}[{span[0]}:{span[1]}]")
+
+
+def parse_reference(spec: str | os.PathLike | np.ndarray | SlicedReference, n: int, d: int) -> tuple[np.ndarray, str]:
     """Build a reference table from ``sin1d``, ``sin2d:HxW``, a file (.npy/.csv/.txt, N x d') or an (N, d')
     array or tensor (recorded as ``"array"``)."""
+    if isinstance(spec, SlicedReference):
+        return spec.table, spec.name
     if not isinstance(spec, (str, os.PathLike)):
         return _array_reference(spec, n), "array"
     s = os.fspath(spec).strip()
@@ -79,7 +106,8 @@ def parse_reference(spec: str | os.PathLike | np.ndarray, n: int, d: int) -> tup
     if m:
         h, w = int(m.group(1)), int(m.group(2))
         if h * w != n:
-            raise InputError(f"reference {s!r} has {h * w} positions but the table has {n}")
+            raise InputError(f"reference {s!r} has {h * w} positions but the table has {n}; give sin2d:HxW with "
+                             f"H x W = {n} (the analysed rows), sin1d, or a file of {n} rows")
         width = d if d % 4 == 0 else d + (4 - d % 4)
         return sinusoid_2d(h, w, width), s.lower()
     if s.lower().startswith("sin"):
@@ -93,7 +121,8 @@ def parse_reference(spec: str | os.PathLike | np.ndarray, n: int, d: int) -> tup
     ref = load_table(path, min_positions=1).table
     if ref.shape[0] != n:
         raise InputError(f"reference {s!r} has {ref.shape[0]} positions but the table has {n}; give a reference "
-                         "with one row per analysed position (or choose the table's rows with --positions)")
+                         "with one row per analysed position, or one per row of the whole table when --positions "
+                         "analyses a slice of it")
     return ref, str(path)
 
 

@@ -137,6 +137,35 @@ def test_a_reference_array_gives_what_the_same_table_in_a_file_gives(table, tmp_
         pe_probe.analyze(table, grid(4, 4), reference=ref[:15], **FAST)
 
 
+def test_a_whole_table_reference_is_cut_by_positions_like_the_ground_truth(tmp_path, rng):
+    """With --positions a:b, a reference of the whole table (a file, sin2d:HxW) is cut to rows a:b, as a whole-table
+    ground truth is; a reference of the analysed rows is taken as it is. Once the reference was refused with an
+    error that suggested the very --positions in use."""
+    from pe_probe.reference import procrustes_distance, shape_distance, sinusoid_2d
+
+    whole = rng.normal(size=(30, 8))
+    ref = rng.normal(size=(30, 6))
+    np.save(tmp_path / "pe.npy", whole)
+    np.save(tmp_path / "ref.npy", ref)
+    np.save(tmp_path / "ref10.npy", ref[5:15])
+    run = dict(ground_truth="grid:6x5", positions="5:15", **FAST)
+    cut = pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference=str(tmp_path / "ref.npy"), **run)
+    assert cut.metrics["ref_shape_distance"] == pytest.approx(shape_distance(whole[5:15], ref[5:15]), abs=1e-12)
+    assert cut.metrics["ref_procrustes_distance"] == pytest.approx(procrustes_distance(whole[5:15], ref[5:15]), abs=1e-12)
+    assert cut.provenance["analysis"]["reference"].endswith("ref.npy[5:15]")
+    rows = pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference=str(tmp_path / "ref10.npy"), **run)
+    assert rows.metrics["ref_shape_distance"] == cut.metrics["ref_shape_distance"]
+    sin = pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference="sin2d:6x5", **run)
+    assert sin.metrics["ref_shape_distance"] == pytest.approx(shape_distance(whole[5:15], sinusoid_2d(6, 5, 8)[5:15]),
+                                                              abs=1e-12)
+    assert sin.provenance["analysis"]["reference"] == "sin2d:6x5[5:15]"
+    with pytest.raises(InputError, match=r"has 12 positions but the table has 10; give sin2d:HxW with H x W = 10"):
+        pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference="sin2d:4x3", **run)
+    np.save(tmp_path / "ref12.npy", ref[:12])
+    with pytest.raises(InputError, match="has 12 positions but the table has 10; .*one per row of the whole table"):
+        pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference=str(tmp_path / "ref12.npy"), **run)
+
+
 @pytest.mark.parametrize("coords, match", [(["a"] * 16, "ground truth: expected numbers"), (None, "no ground truth"),
                                            (grid(4, 4).coords + 1j, "ground truth: holds complex values")])
 def test_ground_truth_that_is_not_real_numbers_is_refused(table, coords, match):
