@@ -210,7 +210,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     pe_d, pe_order = rsa_distances(pe_sq, pe_metric)
     gt_d, gt_order = rsa_distances(gt_sq, "euclidean")
     if np.ptp(pe_d) == 0:
-        raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare")
+        raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare: "
+                         "check that --param / --layer pick the learned PE (an untrained zero-initialised table is "
+                         "constant), or analyse a checkpoint after training")
     if np.ptp(gt_d) == 0:
         raise InputError("the ground truth's positions are all equally far apart (e.g. one-hot coordinates); there is no "
                          "geometry to compare: give coordinates whose distances differ (a line, grid or 3D positions)")

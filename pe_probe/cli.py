@@ -269,6 +269,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.attention_reference is not None and args.view != "attention":
         raise InputError("--attention-reference applies to --view attention only; add --view attention or drop it")
 
+    if not args.out and (args.force or args.no_figures):  # they would be silently ignored
+        given = [f for f, on in (("--force", args.force), ("--no-figures", args.no_figures)) if on]
+        flags = " and ".join(given)
+        raise InputError(f"{flags} {'act' if len(given) > 1 else 'acts'} on the report folder only: add --out DIR or "
+                         f"drop {flags}")
     if args.out:
         check_out_dir(args.out, args.force, inputs=(args.source, args.ground_truth, args.reference, args.attention_reference))
     kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,

@@ -83,13 +83,14 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
         raise InputError(f"{name} has {arr.shape[0]} positions but the PE table has {n_positions}; {tokens}"
                          f"pass a matching --ground-truth or select rows with --positions A:B")
     if not np.isfinite(arr).all():
-        raise InputError(f"{name}: contains NaN/Inf coordinates")
+        raise InputError(f"{name}: contains NaN/Inf coordinates; give finite coordinates for every position")
     big = float(np.max(np.abs(arr)))
     if big > MAX_ABS_VALUE:
         raise InputError(f"{name}: holds coordinates up to {big:.3g} in magnitude, which overflow float64 arithmetic "
                          f"(squared distances); rescale them (only the RMSE is in their units)")
     if np.ptp(arr, axis=0).max() == 0:
-        raise InputError(f"{name}: all positions have the same coordinates; nothing to compare against")
+        raise InputError(f"{name}: all positions have the same coordinates; nothing to compare against: give each "
+                         f"position its own coordinates (line:N, grid:HxW or a file of N x k)")
     return arr
 
 

@@ -492,3 +492,9 @@ def test_sigterm_inside_a_numba_loop_exits_143_not_with_a_traceback(monkeypatch,
     monkeypatch.setattr(cli, "cmd_analyze", killed_in_numba)
     assert cli.main(["analyze", "builtin:sin1d:8", "-g", "line:8"]) == 143
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--force"], ["--no-figures"], ["--force", "--no-figures"]])
+def test_report_folder_options_without_out_are_refused_not_ignored(sin_npy, capsys, flags):
+    code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", *flags, *FAST], capsys)
+    assert_input_error(code, err, " and ".join(flags), "on the report folder only: add --out DIR or drop")
