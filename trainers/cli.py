@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from pe_probe.errors import InputError, show_path
 
@@ -246,7 +246,8 @@ def masked_train_parser(task: str) -> argparse.ArgumentParser:
     g.add_argument("--window", type=int, default=None, help="values per token (netsim 16 samples, brain 20 TRs)")
     g.add_argument("--mask-train", type=float, default=None, help="share of tokens masked in training (0.5)")
     g.add_argument("--mask-test", type=float, default=None, help="share masked for test_mse (0.5)")
-    g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse and ood_mse_noise_mask90 (0.9; that key keeps its name at any value)")
+    g.add_argument("--mask-ood", type=float, default=None, help="share masked for ood_mse (0.9); netsim also for ood_mse_noise_mask90, "
+                   "which keeps its name at any value" if task == "netsim" else "share masked for ood_mse (0.9)")
     g.add_argument("--data-seed", type=int, default=None, help="seed of the network / simulations (netsim) or masks (default: 0)")
     # the other task's options still parse (so using one gets a clear "does not apply"), but are not listed
     show = (lambda text: text) if task == "netsim" else (lambda text: argparse.SUPPRESS)
@@ -308,6 +309,7 @@ def masked_train_main(argv: list[str], task: str) -> int:
         overrides.update({"data.stride": args.stride, "data.test_subjects": args.test_subjects,
                           "data.n_test_subjects": args.n_test_subjects})
     cfg = make_masked_config(task, args.preset, overrides)
+    note_ignored_init(args, cfg.pe)
     with where_it_stopped(args.out, cfg.optim.epochs):
         m = train_masked(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16,
                          cuda_graphs=args.cuda_graphs, tf32=args.tf32)
@@ -339,14 +341,31 @@ def train_main(argv: list[str]) -> int:
         parser.error(f"{' and '.join(alone)} {'shape' if len(alone) > 1 else 'shapes'} an ensemble, and none is asked for; "
                      f"add an --ensemble-seeds/-sigmas/-lrs/-pes list, or drop {' and '.join(alone)}")
     cfg = config_from_args(args)
-    if cfg.data.ood_puzzles is not None and not Path(cfg.data.ood_puzzles).is_file():
-        raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
+    note_ignored_init(args, cfg.pe)
+    if cfg.data.ood_puzzles is not None:
+        from trainers.config import check_puzzle_file
+
+        check_puzzle_file(args.ood_puzzles, "--ood-puzzles")
     with where_it_stopped(args.out, cfg.optim.epochs):
         metrics = train(cfg, args.out, force=args.force, compile=args.compile, bf16=args.bf16,
                         cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     print(f"{args.out}: train_acc {metrics.get('train_acc', float('nan')):.3f}  test_acc {metrics.get('test_acc', float('nan')):.3f}"
           f"  ood_acc {metrics.get('ood_acc', float('nan')):.3f}  (checkpoint: {Path(args.out) / 'last.pt'})")
     return 0
+
+
+def note_ignored_init(args: argparse.Namespace, pe: Any) -> None:
+    """Say on stderr when --pe-init / --pe-init-std were given for a PE that ignores them: the config records the
+    defaults instead (`trainers.config.reset_ignored_init`), so the flags change nothing, not even the run's record."""
+    from trainers.pe import TABLE_INIT_KINDS, init_matters
+
+    ignored = [flag for flag, given, used in (("--pe-init", args.pe_init, pe.kind in TABLE_INIT_KINDS),
+                                              ("--pe-init-std", args.pe_init_std, init_matters(pe.kind, pe.init)))
+               if given is not None and not used]
+    if ignored:
+        what = f"--pe {pe.kind}" if pe.kind not in TABLE_INIT_KINDS else f"--pe-init {pe.init}"
+        sys.stderr.write(f"pe-probe: {what} ignores {' and '.join(ignored)}; the run records the default "
+                         f"(init {pe.init}, sigma {pe.init_std:g}), so the same command without them resumes it\n")
 
 
 @contextlib.contextmanager
@@ -389,11 +408,10 @@ def _parse_list(text: str, kind, option: str) -> list:
 
 def _drop_sigma_duplicates(cfgs: list) -> list:
     """Members whose PE ignores init_std (sin2d, none, zeros init, ...) are the same run for every sigma:
-    train one, with the default init_std (as `pe-probe train` without --pe-init-std would record it, so
+    train one (their configs already hold the default init_std: `trainers.config.reset_ignored_init`, so
     its folder name and config do not depend on the order of --ensemble-sigmas and a single-run command
     resumes it), and say so on stderr, instead of training identical copies."""
     import dataclasses
-    import sys
 
     from trainers.config import PEConfig
     from trainers.pe import init_matters
@@ -403,7 +421,6 @@ def _drop_sigma_duplicates(cfgs: list) -> list:
         if init_matters(cfg.pe.kind, cfg.pe.init):
             kept.append(cfg)
             continue
-        cfg = dataclasses.replace(cfg, pe=dataclasses.replace(cfg.pe, init_std=PEConfig.init_std))
         key = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
         if key in seen:
             dropped[cfg.pe.kind] = dropped.get(cfg.pe.kind, 0) + 1
@@ -449,8 +466,10 @@ def ensemble_main(args: argparse.Namespace) -> int:
                     msg = msg.replace(f"{single} ", f"{option} value ", 1)
             raise InputError(msg) from None
     cfgs = _drop_sigma_duplicates(cfgs)
-    if cfgs[0].data.ood_puzzles is not None and not Path(cfgs[0].data.ood_puzzles).is_file():
-        raise InputError(f"--ood-puzzles file {args.ood_puzzles} not found; pass a study-format CSV")
+    if cfgs[0].data.ood_puzzles is not None:
+        from trainers.config import check_puzzle_file
+
+        check_puzzle_file(args.ood_puzzles, "--ood-puzzles")
     root = Path(args.out)
     own = [name for name in ("last.pt", "config.json") if (root / name).exists()]
     if own:  # the members' folders would nest inside another run's folder
@@ -496,8 +515,10 @@ def evaluate_main(argv: list[str]) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="device (default: cpu)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     args = p.parse_args(argv)
-    if args.puzzles is not None and not Path(args.puzzles).is_file():
-        raise InputError(f"--puzzles file {args.puzzles} not found; pass a study-format CSV")
+    if args.puzzles is not None:
+        from trainers.config import check_puzzle_file
+
+        check_puzzle_file(args.puzzles, "--puzzles")
     m = evaluate_checkpoint(args.ckpt, args.puzzles, device=args.device)
     if args.json:
         print(json.dumps(m, indent=2))

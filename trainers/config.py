@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from pe_probe.errors import InputError
-from trainers.pe import INITS, PE_KINDS, pe_kinds_for
+from trainers.pe import INITS, PE_KINDS, TABLE_INIT_KINDS, init_matters, pe_kinds_for
 
 TASKS = ("lst",)
 DEVICES = ("cpu", "cuda", "auto")
@@ -56,6 +58,9 @@ class DataConfig:
     min_jaccard: float = 0.8
     seed: int = 0
     ood_puzzles: str | None = None  # study-format CSV used as the held-out (OOD) set
+    # sha256 of that file's bytes, recorded by `make_config`: resuming or evaluating the run with an edited file is
+    # refused (the path alone let both go on with other puzzles)
+    ood_puzzles_sha256: str | None = None
 
 
 @dataclass
@@ -146,6 +151,21 @@ def set_dotted(cfg: TrainConfig, key: str, value: Any) -> None:
     setattr(obj, last, value)
 
 
+def reset_ignored_init(pe: PEConfig) -> list[str]:
+    """Put the init settings this PE ignores back to their defaults (``init`` for PEs without a trainable table,
+    ``init_std`` also for zero-initialised tables), so that the same model always has the same config, whatever
+    was asked (a plain ``--pe sin2d`` resumes a run asked with ``--pe-init-std 0.5``, and a comparison by
+    pe.init_std does not split identical models); returns the dotted keys it reset."""
+    reset = []
+    if pe.kind not in TABLE_INIT_KINDS and pe.init != PEConfig.init:
+        pe.init = PEConfig.init
+        reset.append("pe.init")
+    if not init_matters(pe.kind, pe.init) and pe.init_std != PEConfig.init_std:
+        pe.init_std = PEConfig.init_std
+        reset.append("pe.init_std")
+    return reset
+
+
 def make_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the preset, then explicit overrides (dotted keys; None values are skipped)."""
     if preset not in PRESETS:
@@ -155,7 +175,29 @@ def make_config(preset: str = "quick", overrides: dict[str, Any] | None = None) 
     for key, value in {**PRESETS[preset], **given}.items():
         set_dotted(cfg, key, value)
     validate(cfg)
+    reset_ignored_init(cfg.pe)
+    cfg.data.ood_puzzles_sha256 = puzzle_file_sha256(cfg.data.ood_puzzles)
     return cfg
+
+
+def check_puzzle_file(path: str | os.PathLike, option: str) -> Path:
+    """``path`` as a puzzle file given with ``option``, or a one-line InputError naming what it is instead."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option} {path} is a folder, not a puzzle file; pass a study-format CSV "
+                         f"(puzzles,solutions,condition)")
+    if not p.is_file():
+        raise InputError(f"{option} file {path} not found; pass a study-format CSV")
+    return p
+
+
+def puzzle_file_sha256(path: str | None) -> str | None:
+    """sha256 of the held-out puzzle file (None without one, or where it is no file: the trainers refuse that)."""
+    if path is None or not Path(path).is_file():
+        return None
+    from pe_probe.io import sha256_file
+
+    return sha256_file(path)
 
 
 def _check(ok: bool, msg: str) -> None:
@@ -315,7 +357,7 @@ class BrainDataConfig:
     window: int = 20  # TRs per token (0.72 s each)
     stride: int = 10  # training windows; held-out windows do not overlap
     test_subjects: str = ""  # comma-separated ids; "" = the last n_test_subjects in sorted order
-    n_test_subjects: int = 2
+    n_test_subjects: int = 2  # with test_subjects: their number
     mask_train: float = 0.5
     mask_test: float = 0.5
     mask_ood: float = 0.9  # the study's test: 90% of regions masked on held-out subjects
@@ -383,7 +425,13 @@ def make_masked_config(task: str, preset: str = "quick", overrides: dict[str, An
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in {**MASKED_PRESETS[task][preset], **given}.items():
         set_dotted(cfg, key, value)
+    if task == "brain" and given.get("data.test_subjects") and "data.n_test_subjects" in given:
+        raise InputError("give either --test-subjects IDS (those subjects held out) or --n-test-subjects N (the last N "
+                         "in sorted order), not both")
     validate_masked(cfg)
+    reset_ignored_init(cfg.pe)
+    if task == "brain" and cfg.data.test_subjects.strip():  # the config records how many the ids hold out
+        cfg.data.n_test_subjects = len([t for t in cfg.data.test_subjects.split(",") if t.strip()])
     return cfg
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.checkpoint import load_checkpoint
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, puzzle_file_sha256
 from trainers.model import PETransformer
 
 
@@ -286,6 +286,13 @@ def evaluate_checkpoint(
 
             raise InputError(f"{path}: the run's held-out puzzle file {cfg.data.ood_puzzles} (data.ood_puzzles in its "
                              f"config) is not found; pass it, or another study-format CSV, with --puzzles FILE")
+        recorded = cfg.data.ood_puzzles_sha256
+        if recorded is not None and puzzle_file_sha256(cfg.data.ood_puzzles) != recorded:  # edited since training
+            from pe_probe.errors import InputError
+
+            raise InputError(f"{path}: the run's held-out puzzle file {cfg.data.ood_puzzles} has changed since the run "
+                             f"was trained (its sha256 differs from the config's); restore it, or evaluate on it as it "
+                             f"is now with --puzzles {cfg.data.ood_puzzles}")
     ps = read_puzzle_csv(puzzles) if puzzles is not None else load_splits(cfg)["ood"]
     prefix = "ood" if puzzles is None else "puzzles"
     out: dict[str, float | int] = dict(split_metrics(model, encode_split(ps, dev), prefix))

@@ -287,10 +287,13 @@ PE_KINDS: dict[str, type[PositionalEncoding]] = {
 }
 
 
+TABLE_INIT_KINDS = ("learned", "relative")  # the PEs with a trainable table drawn by ``init`` / ``init_std``
+
+
 def init_matters(kind: str, init: str) -> bool:
     """Whether ``init_std`` changes a model with this PE: only initialised trainable tables (learned,
     relative) drawn from a distribution; fixed PEs, RoPE, no PE and zero-initialised tables ignore it."""
-    return kind in ("learned", "relative") and init != "zeros"
+    return kind in TABLE_INIT_KINDS and init != "zeros"
 
 
 def pe_kinds_for(coords_dim: int) -> list[str]:

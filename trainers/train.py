@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from pe_probe.errors import InputError
 from trainers.checkpoint import CheckpointRefused, atomic_write, load_checkpoint, make_payload, save_checkpoint
-from trainers.config import TrainConfig, validate
+from trainers.config import TrainConfig, check_puzzle_file, validate
 from trainers.console import print_line
 from trainers.evaluate import bf16_autocast, encode_split, resolve_device, split_metrics, tf32_matmuls
 from trainers.memory import keep_freed_memory
@@ -70,8 +70,7 @@ def read_ood_puzzles(cfg: TrainConfig) -> Any:
     path = cfg.data.ood_puzzles
     if path is None:
         return None
-    if not Path(path).is_file():
-        raise InputError(f"--ood-puzzles file {path} not found; pass a study-format CSV")
+    check_puzzle_file(path, "--ood-puzzles")
     return read_puzzle_csv(path)
 
 
@@ -261,12 +260,17 @@ def flatten_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Keys older configs lack: absent in a run's stored config, they do not make a resume "another config"
+RECORDED_SINCE = ("data.ood_puzzles_sha256",)
+
+
 def config_differences(old: dict[str, Any], new: dict[str, Any],
                        ignore: tuple[str, ...] = IGNORED_FOR_RESUME) -> list[tuple[str, Any, Any]]:
     """(dotted key, old value, new value) for each setting that differs between two config dicts (nested or
     already flat), sorted by key, keys in ``ignore`` left out; a key missing on one side has the value None there."""
     a, b = flatten_config(old), flatten_config(new)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in ignore and a.get(k) != b.get(k)]
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if k not in ignore and a.get(k) != b.get(k) and not (k in RECORDED_SINCE and a.get(k) is None)]
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

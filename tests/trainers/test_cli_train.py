@@ -92,6 +92,34 @@ def test_malformed_or_missing_puzzle_file_raises_input_error(tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(InputError, match="not found"):
         train_main(["lst", "--out", str(tmp_path / "r"), "--ood-puzzles", str(tmp_path / "nope.csv"), *TINY])
+    with pytest.raises(InputError, match=r"--ood-puzzles .* is a folder, not a puzzle file; pass a study-format CSV"):
+        train_main(["lst", "--out", str(tmp_path / "r"), "--ood-puzzles", str(tmp_path), *TINY])  # it said "not found"
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_edited_held_out_file_is_refused_by_evaluate_and_by_a_resume(tmp_path, capsys):
+    """The config records the --ood-puzzles file's sha256: evaluating or resuming the run with other content in that
+    file is refused (it went on with the new puzzles, evaluate calling them the run's own held-out set); a config
+    written before the key existed still resumes."""
+    from trainers.tasks.lst import make_splits, write_puzzle_csv
+    from trainers.train import config_differences
+
+    csv, run = tmp_path / "held.csv", tmp_path / "run"
+    write_puzzle_csv(make_splits(n_per_level=4, n_ood_per_level=3, seed=11)["ood"], csv)
+    assert train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY]) == 0
+    recorded = json.loads((run / "config.json").read_text())
+    assert len(recorded["data"]["ood_puzzles_sha256"]) == 64
+    write_puzzle_csv(make_splits(n_per_level=4, n_ood_per_level=2, seed=12)["ood"], csv)  # edited in place
+    with pytest.raises(InputError, match=r"held-out puzzle file .*held.csv has changed since the run was trained.*"
+                                         r"--puzzles "):
+        evaluate_main([str(run / "last.pt")])
+    assert evaluate_main([str(run / "last.pt"), "--puzzles", str(csv)]) == 0  # the file as it is now, named as such
+    with pytest.raises(InputError, match=r"different config: data.ood_puzzles_sha256"):
+        train_main(["lst", "--out", str(run), "--ood-puzzles", str(csv), *TINY, "--epochs", "2"])
+    older = {**recorded, "data": {k: v for k, v in recorded["data"].items() if k != "ood_puzzles_sha256"}}
+    assert config_differences(older, recorded) == []
+    assert config_differences(recorded, older) == [("data.ood_puzzles_sha256", recorded["data"]["ood_puzzles_sha256"],
+                                                    None)]
 
 
 def test_train_then_evaluate(tmp_path, capsys):
@@ -301,6 +329,19 @@ def test_brain_test_subjects_listed_twice_are_refused():
         make_masked_config("brain", "quick", {"data.test_subjects": "101309, 101309"})
 
 
+def test_brain_test_subject_ids_and_a_count_conflict_and_the_ids_set_the_recorded_count(tmp_path):
+    """--test-subjects with --n-test-subjects ran with the ids and recorded the other count; now refused, and the ids
+    alone record their own number."""
+    from trainers.config import make_masked_config
+
+    with pytest.raises(InputError, match="give either --test-subjects IDS .* or --n-test-subjects N .*, not both"):
+        train_main(["brain", "--test-subjects", "101309", "--n-test-subjects", "3", "--out", str(tmp_path / "r")])
+    assert not (tmp_path / "r").exists()
+    assert make_masked_config("brain", "quick", {"data.test_subjects": "101309, 377451"}).data.n_test_subjects == 2
+    assert make_masked_config("brain", "quick", {"data.test_subjects": "101309"}).data.n_test_subjects == 1
+    assert make_masked_config("brain", "quick", {"data.n_test_subjects": 3}).data.n_test_subjects == 3
+
+
 
 def test_netsim_coordinate_files_set_the_config_and_are_checked(tmp_path):
     """--layout file recorded the default 64 nodes in 2D whatever the file held; --coords-file without it was
@@ -386,3 +427,30 @@ def test_a_config_with_an_unknown_key_is_refused_naming_it(section):
     (d if section is None else d[section])["sigma"] = 2.0  # a typo for pe.init_std
     with pytest.raises(InputError, match=r"unknown key\(s\) sigma"):
         TrainConfig.from_dict(d)
+
+
+@pytest.mark.parametrize("argv, pe", [
+    (["--pe", "sin2d", "--pe-init", "uniform", "--pe-init-std", "0.5"], ("sin2d", "normal", 0.1)),
+    (["--pe", "rope2d", "--pe-init-std", "2"], ("rope2d", "normal", 0.1)),
+    (["--pe", "learned", "--pe-init", "zeros", "--pe-init-std", "0.5"], ("learned", "zeros", 0.1)),
+    (["--pe", "relative", "--pe-init", "uniform", "--pe-init-std", "0.5"], ("relative", "uniform", 0.5)),
+    (["--pe", "learned", "--pe-init-std", "2"], ("learned", "normal", 2.0)),
+])
+def test_init_settings_a_pe_ignores_are_recorded_as_the_defaults(argv, pe):
+    """A PE without a trainable table ignores --pe-init and --pe-init-std, a zero-initialised table ignores the
+    sigma: the config records the defaults, so identical models have identical configs (they recorded the asked
+    values, and a plain rerun of the run was then refused as a different config)."""
+    c = cfg_of(argv)
+    assert (c.pe.kind, c.pe.init, c.pe.init_std) == pe
+
+
+def test_a_run_asked_with_an_ignored_sigma_says_so_and_a_plain_command_resumes_it(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert train_main(["lst", *TINY, "--pe", "sin2d", "--pe-init-std", "0.5", "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert "pe-probe: --pe sin2d ignores --pe-init-std; the run records the default (init normal, sigma 0.1)" in err
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["pe"]["init_std"] == 0.1
+    assert train_main(["lst", *TINY, "--pe", "sin2d", "--out", out]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert train_main(["lst", *TINY, "--pe", "learned", "--pe-init-std", "0.5", "--out", str(tmp_path / "l")]) == 0
+    assert "ignores" not in capsys.readouterr().err
