@@ -151,19 +151,15 @@ def set_dotted(cfg: TrainConfig, key: str, value: Any) -> None:
     setattr(obj, last, value)
 
 
-def reset_ignored_init(pe: PEConfig) -> list[str]:
+def reset_ignored_init(pe: PEConfig) -> None:
     """Put the init settings this PE ignores back to their defaults (``init`` for PEs without a trainable table,
     ``init_std`` also for zero-initialised tables), so that the same model always has the same config, whatever
     was asked (a plain ``--pe sin2d`` resumes a run asked with ``--pe-init-std 0.5``, and a comparison by
-    pe.init_std does not split identical models); returns the dotted keys it reset."""
-    reset = []
-    if pe.kind not in TABLE_INIT_KINDS and pe.init != PEConfig.init:
+    pe.init_std does not split identical models)."""
+    if pe.kind not in TABLE_INIT_KINDS:
         pe.init = PEConfig.init
-        reset.append("pe.init")
-    if not init_matters(pe.kind, pe.init) and pe.init_std != PEConfig.init_std:
+    if not init_matters(pe.kind, pe.init):
         pe.init_std = PEConfig.init_std
-        reset.append("pe.init_std")
-    return reset
 
 
 def make_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> TrainConfig:
@@ -431,8 +427,13 @@ def make_masked_config(task: str, preset: str = "quick", overrides: dict[str, An
     validate_masked(cfg)
     reset_ignored_init(cfg.pe)
     if task == "brain" and cfg.data.test_subjects.strip():  # the config records how many the ids hold out
-        cfg.data.n_test_subjects = len([t for t in cfg.data.test_subjects.split(",") if t.strip()])
+        cfg.data.n_test_subjects = len(subject_id_list(cfg.data.test_subjects))
     return cfg
+
+
+def subject_id_list(text: str) -> list[str]:
+    """The subject ids of a comma-separated ``--test-subjects`` value, blanks dropped."""
+    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def _ratio(x: Any) -> bool:
@@ -478,7 +479,7 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _at_most(d.window, MAX_WINDOW, "--window (data.window)")
         _check(_int(d.stride) and d.stride >= 1, f"--stride must be an integer >= 1, got {d.stride!r}")
         _check(isinstance(d.test_subjects, str), "--test-subjects must be comma-separated subject ids")
-        ids = [t.strip() for t in d.test_subjects.split(",") if t.strip()]
+        ids = subject_id_list(d.test_subjects)
         _check(len(set(ids)) == len(ids), f"--test-subjects lists a subject twice ({d.test_subjects!r}); give each once")
         _check(_int(d.n_test_subjects) and d.n_test_subjects >= 1, f"--n-test-subjects must be an integer >= 1, got {d.n_test_subjects!r}")
     return cfg

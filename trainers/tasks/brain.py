@@ -157,7 +157,9 @@ def split_subjects(test_subjects: str = "", n_test_subjects: int = 2) -> tuple[l
     """(train ids, test ids): the given comma-separated ids, else the last ``n_test_subjects`` in sorted order."""
     ids = subject_ids()
     if test_subjects:
-        test = [s.strip() for s in test_subjects.split(",") if s.strip()]
+        from trainers.config import subject_id_list
+
+        test = subject_id_list(test_subjects)
         unknown = [s for s in test if s not in ids]
         if unknown:
             raise InputError(f"unknown test subject(s) {', '.join(unknown)}; available: {', '.join(ids)}")
