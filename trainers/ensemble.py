@@ -60,6 +60,7 @@ from pe_probe.errors import InputError
 from trainers.config import TrainConfig, validate
 from trainers.console import print_line
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
+from trainers.gelu import gelu
 from trainers.model import PETransformer, attend
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
@@ -254,7 +255,7 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
             return _linear(y, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"])
 
         def mlp(z: Tensor) -> Tensor:
-            z = F.gelu(_linear(z, P[pre + "mlp.fc.weight"], P[pre + "mlp.fc.bias"]))
+            z = gelu(_linear(z, P[pre + "mlp.fc.weight"], P[pre + "mlp.fc.bias"]))
             return _linear(drop(z), P[pre + "mlp.proj.weight"], P[pre + "mlp.proj.bias"])
 
         ln1 = (P[pre + "ln1.weight"], P[pre + "ln1.bias"])
@@ -299,6 +300,15 @@ def group_loss(base: PETransformer, buffers: dict[str, Tensor], autocast: Any = 
 
 # ----------------------------------------------------------------------------------------------
 # Optimisers on stacked tensors (torch's fused AdamW kernel on member slices, or the maths of torch.optim.AdamW / SGD)
+
+
+def _dense(t: Tensor) -> Tensor:
+    """A member's slice of a stacked tensor as the fused AdamW kernel reads it fastest: a linear weight's
+    slice (out, in) is stored transposed (`Stack.of`), so its transpose (in, out) is contiguous. The kernel is
+    elementwise, and on the CPU it clones each non-contiguous parameter into a contiguous tensor and copies
+    it back every step (a clone and a copy per member per linear weight); handed the transpose, it updates
+    the same elements in place, bit for bit as before (tested)."""
+    return t.t() if t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous() else t
 
 
 class StackedOptimizer:
@@ -380,7 +390,8 @@ class StackedOptimizer:
                     ps.append(p), gs.append(g), m1.append(st["exp_avg"]), m2.append(st["exp_avg_sq"])
                     continue
                 for k in ks:
-                    ps.append(p[k]), gs.append(g[k]), m1.append(st["exp_avg"][k]), m2.append(st["exp_avg_sq"][k])
+                    ps.append(_dense(p[k])), gs.append(_dense(g[k]))
+                    m1.append(_dense(st["exp_avg"][k])), m2.append(_dense(st["exp_avg_sq"][k]))
             torch._fused_adamw_(ps, gs, m1, m2, [], [step] * len(ps), lr=lr, beta1=BETAS[0], beta2=BETAS[1],
                                 weight_decay=wd, eps=EPS, amsgrad=False, maximize=False)
 

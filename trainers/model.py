@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.config import ModelConfig, PEConfig
+from trainers.gelu import gelu
 from trainers.logits import logits_product
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
@@ -76,10 +77,22 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
     return torch.softmax(logits, dim=-1)
 
 
+# Devices where `matmul_attention` makes a bf16 v contiguous before its product. v is a slice of the fused
+# qkv projection's output (rows 3 C apart), and ATen's CPU bmm copies such a strided bf16 operand into a
+# contiguous one inside the call (float32 products take it as it is): in the forward (the weights times v)
+# and again in the backward (the output's gradient times v^T), every layer, every step. Made contiguous once
+# here, it is one copy in an eager step, and in a compiled one a layout Inductor writes in the kernel that
+# already splits q, k and v; the backward's product reads the saved contiguous v. cuBLAS takes strided
+# batches as they are, so the GPU keeps the slice.
+CONTIGUOUS_V_DEVICES = frozenset({"cpu"})
+
+
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
     """softmax(q k^T / sqrt(hs) + mask) v as two matrix products and a softmax (`attention_weights`), with
     dropout on the weights as the fused kernel applies it: the form `attend` takes where it pays."""
     w = attention_weights(q, k, attn_mask)
+    if v.device.type in CONTIGUOUS_V_DEVICES and v.dtype == torch.bfloat16:
+        v = v.contiguous()
     return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
 
 
@@ -173,7 +186,7 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.drop(F.gelu(self.fc(x))))
+        return self.proj(self.drop(gelu(self.fc(x))))
 
 
 class Block(nn.Module):

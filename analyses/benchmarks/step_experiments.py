@@ -3,9 +3,10 @@ one part of the training step, each run beside the plain step in one GPU lease t
 
 None of them is the trainers' arithmetic or code path until a lease has measured it and a change adopts it
 (as the bmm + bias add of `trainers.ensemble._linear` was after the third lease, and the bf16 logits
-product of `trainers.logits` after the fourth). Each either keeps the step's maths (another summation order
-at most: --packed-attention, --contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent,
---compile-mode) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
+product of `trainers.logits` after the fourth, and ATen's GELU kernels of `trainers.gelu` after CPU
+timings). Each either keeps the step's maths (another summation order at most: --packed-attention,
+--contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode; another
+rounding of the GELU: --inductor-gelu; the same update: --copying-adamw; the same products: --strided-v) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
 logits' gradient in float32 where the trainers' CUDA product rounds it to bf16). The patches last for the
 process: `profile_step.main` applies them before it builds a step.
 """
@@ -146,17 +147,38 @@ on what any faster kernel for it could give (the tanh form: the cheaper formula;
 
 def apply_activation(name: str) -> None:
     """Replace the MLP's GELU in this process's trainers by ``ACTIVATIONS[name]`` (an experiment flag with a
-    value). The trainers call ``F.gelu`` through their module's ``F``; each module gets a copy of
-    ``torch.nn.functional`` whose ``gelu`` is the stand-in, so nothing else changes and compiled steps trace it."""
-    import types
-
+    value): the trainers call `trainers.gelu.gelu` through their modules' name ``gelu``, which compiled steps
+    trace."""
     import trainers.ensemble
     import trainers.model
 
-    functional = types.ModuleType("functional_with_" + name.replace("-", "_"))
-    functional.__dict__.update(torch.nn.functional.__dict__)
-    functional.gelu = ACTIVATIONS[name]
-    trainers.model.F = trainers.ensemble.F = functional
+    trainers.model.gelu = trainers.ensemble.gelu = ACTIVATIONS[name]
+
+
+def _copying_adamw() -> None:
+    """The stacked optimizer hands torch's fused AdamW each member's weight slices as they are, transposed in
+    memory, so the CPU kernel clones and copies back each one every step (an experiment flag): the trainers'
+    form until `trainers.ensemble._dense` passed their contiguous transposes."""
+    import trainers.ensemble
+
+    trainers.ensemble._dense = lambda t: t
+
+
+def _strided_v() -> None:
+    """The attention's v as the strided slice of the qkv output on the CPU too (an experiment flag): the
+    trainers' form until `trainers.model.CONTIGUOUS_V_DEVICES`, where ATen's bmm copies it inside the call."""
+    import trainers.model
+
+    trainers.model.CONTIGUOUS_V_DEVICES = frozenset()
+
+
+def _inductor_gelu() -> None:
+    """The MLP's GELU as plain ``F.gelu`` in compiled CPU steps too, so Inductor generates its kernels (an
+    experiment flag): the trainers' form until `trainers.gelu` ran ATen's kernels there instead."""
+    import trainers.ensemble
+    import trainers.model
+
+    trainers.model.gelu = trainers.ensemble.gelu = torch.nn.functional.gelu
 
 
 # The experiment flags: --NAME -> (the tag its rows get, the patch it applies to this process, its help; the
@@ -182,6 +204,17 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                        "the attention logits as the float32 product of the upcast bf16 q and k, not one bf16 "
                        "product written in float32 (the trainers' form on CUDA since the fourth lease; run with "
                        "and without it to compare)"),
+    "inductor_gelu": ("+inductor-gelu", _inductor_gelu,
+                      "the MLP's GELU left to Inductor in compiled CPU steps (its generated kernels, the GELU "
+                      "recomputed in the backward), not ATen's kernels behind an opaque operator "
+                      "(`trainers.gelu`, the trainers' form; run with and without it to compare)"),
+    "copying_adamw": ("+copying-adamw", _copying_adamw,
+                      "the fused AdamW handed each member's weight slices transposed in memory, as before "
+                      "`trainers.ensemble._dense` (on the CPU it then clones and copies back each one per step)"),
+    "strided_v": ("+strided-v", _strided_v,
+                  "the attention's v left as the strided slice of the qkv output on the CPU, as before "
+                  "`trainers.model.CONTIGUOUS_V_DEVICES` (ATen's CPU bmm then copies it inside the forward's "
+                  "product and, transposed, the backward's)"),
     "coordinate_descent": ("+coord-descent", _coordinate_descent,
                            "Inductor's coordinate-descent tuning of its generated kernels' block sizes and warps "
                            "(torch._inductor.config.coordinate_descent_tuning) for the compiled configurations"),

@@ -407,27 +407,27 @@ def test_profile_step_packed_attention_and_coordinate_descent_flags(tmp_path, mo
 
 @pytest.mark.parametrize("name", ["tanh-gelu", "relu"])
 def test_profile_step_activation_flag_swaps_only_the_mlps_gelu(tmp_path, monkeypatch, name):
-    """--activation NAME gives the trainers' modules a `torch.nn.functional` whose gelu is the stand-in (the
-    model's MLP then computes it: checked on a single model against the stand-in by hand), leaves torch's own
-    module and every other function alone, tags the rows, and refuses an unknown name before writing."""
+    """--activation NAME replaces the trainers' modules' ``gelu`` by the stand-in (the model's MLP then
+    computes it: checked on a single model against the stand-in by hand), leaves torch's own functions alone,
+    tags the rows, and refuses an unknown name before writing."""
     import torch.nn.functional as F
 
     import profile_step
     import step_experiments as ex
 
     import trainers.ensemble
+    import trainers.gelu
     import trainers.model
     from trainers.config import ModelConfig
     from trainers.model import MLP
 
-    monkeypatch.setattr(trainers.model, "F", trainers.model.F)
-    monkeypatch.setattr(trainers.ensemble, "F", trainers.ensemble.F)
+    monkeypatch.setattr(trainers.model, "gelu", trainers.model.gelu)
+    monkeypatch.setattr(trainers.ensemble, "gelu", trainers.ensemble.gelu)
     argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
             "--top", "3", "--activation", name, "--out", str(tmp_path)]
     assert profile_step.main(argv) == 0
-    assert trainers.model.F is trainers.ensemble.F and trainers.model.F is not F
-    assert trainers.model.F.gelu is ex.ACTIVATIONS[name] and F.gelu is not ex.ACTIVATIONS[name]
-    assert trainers.model.F.softmax is F.softmax and trainers.model.F.layer_norm is F.layer_norm
+    assert trainers.model.gelu is trainers.ensemble.gelu is ex.ACTIVATIONS[name]
+    assert trainers.gelu.gelu is not ex.ACTIVATIONS[name] and F.gelu is not ex.ACTIVATIONS[name]
     mlp = MLP(ModelConfig(d_model=8))
     x = torch.randn(3, 8)
     expected = mlp.proj(F.gelu(mlp.fc(x), approximate="tanh") if name == "tanh-gelu" else F.relu(mlp.fc(x)))
@@ -662,3 +662,64 @@ def test_autotune_log_reads_a_cpu_log_as_aten_against_cpp_templates(tmp_path, ca
     out = capsys.readouterr().out
     assert "| product | dtype | GFLOP | ATen ms | best C++ template ms | winner | winner GFLOP/s |" in out
     assert "| bmm 4x2048x64 @ 4x64x256 | bfloat16 | 0.268 | 1.0000 | 4.0000 | ATen | 268 |" in out  # 0.268 GFLOP in 1 ms
+
+
+def test_profile_step_inductor_gelu_flag_restores_torchs_gelu(tmp_path, monkeypatch):
+    """--inductor-gelu makes the trainers' MLPs call plain ``F.gelu`` (which a compiled step leaves to
+    Inductor) instead of `trainers.gelu.gelu`, and tags the rows."""
+    import torch.nn.functional as F
+
+    import profile_step
+
+    import trainers.ensemble
+    import trainers.gelu
+    import trainers.model
+
+    monkeypatch.setattr(trainers.model, "gelu", trainers.model.gelu)
+    monkeypatch.setattr(trainers.ensemble, "gelu", trainers.ensemble.gelu)
+    assert trainers.model.gelu is trainers.gelu.gelu
+    argv = ["--d-model", "16", "--k", "2", "--steps", "1", "--warmup", "1", "--configs", "ensemble",
+            "--top", "3", "--inductor-gelu", "--out", str(tmp_path)]
+    assert profile_step.main(argv) == 0
+    assert trainers.model.gelu is trainers.ensemble.gelu is F.gelu
+    assert "| ensemble+inductor-gelu | 16 | 2 |" in (tmp_path / "profile.md").read_text()
+
+
+def test_step_ab_reads_variants_and_summarises_against_the_first(tmp_path):
+    """step_ab's variants are plain or experiment names joined by +; an unknown one is refused (exit 2)
+    before any worker starts; the summary divides each variant's mean fastest window and median window by
+    the first variant's."""
+    import step_ab
+
+    assert step_ab.parse_variant("plain") == []
+    assert step_ab.parse_variant("inductor_gelu+copying_adamw") == ["inductor_gelu", "copying_adamw"]
+    for bad in ("gelu", "inductor_gelu+", "plain+inductor_gelu"):
+        with pytest.raises(ValueError, match="unknown experiment"):
+            step_ab.parse_variant(bad)
+    with pytest.raises(SystemExit) as e:
+        step_ab.main(["--variants", "plain,nope", "--out", str(tmp_path / "ab")])
+    assert e.value.code == 2 and not (tmp_path / "ab").exists()
+    rows = [{"variant": "plain", "fastest_ms": 80.0, "median_ms": 84.0},
+            {"variant": "plain", "fastest_ms": 82.0, "median_ms": 90.0},
+            {"variant": "inductor_gelu", "fastest_ms": 90.0, "median_ms": 92.0},
+            {"variant": "inductor_gelu", "fastest_ms": 92.0, "median_ms": 100.0}]
+    table = step_ab.summary(rows, ["plain", "inductor_gelu"])
+    assert [r["mean_fastest_ms"] for r in table] == [81.0, 91.0]
+    assert [r["median_median_ms"] for r in table] == [87.0, 96.0]
+    assert table[0]["fastest_vs_first"] == 1.0 and table[1]["fastest_vs_first"] == round(91 / 81, 3)
+    assert table[1]["median_vs_first"] == round(96 / 87, 3) and table[1]["processes"] == 2
+
+
+def test_bench_gelu_times_both_kernels_in_both_directions(tmp_path):
+    """A tiny run writes one row per dtype and direction with both implementations' times and their ratio
+    (a ratio of 64-element calls, noise: only its presence is checked)."""
+    import bench_gelu
+
+    assert bench_gelu.main(["--elements", "64", "--rounds", "1", "--calls", "1", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "gelu.csv")))
+    assert [(r["dtype"], r["direction"]) for r in rows] == [
+        ("bfloat16", "forward"), ("bfloat16", "backward"), ("float32", "forward"), ("float32", "backward")]
+    for r in rows:
+        assert float(r["aten_ms"]) > 0 and float(r["inductor_ms"]) > 0
+        assert 0 < float(r["inductor_over_aten"]) < math.inf
+    assert "| bfloat16 | forward |" in (tmp_path / "gelu.md").read_text()

@@ -2,6 +2,7 @@
 
 import json
 import time
+from unittest import mock
 
 import pytest
 import torch
@@ -540,6 +541,43 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
     opt.step(dict(zip(stack.params, grads)))
     state = opt.member_optimizer(models[1], cfgs[1], 1).state_dict()["state"]
     assert state and all(v.is_contiguous() for st in state.values() for v in st.values())
+
+
+def test_fused_adamw_updates_each_members_weights_in_place_with_no_copy():
+    """The fused AdamW kernel clones a non-contiguous parameter and copies it back on the CPU; the stacked
+    linear weights' member slices are transposed in memory, so the optimizer hands it their contiguous
+    transposes (`_dense`). The same update bit for bit as the slices themselves, and no copies."""
+    from torch.profiler import profile
+
+    from trainers.ensemble import StackedOptimizer, _dense, group_loss, template_model
+
+    cfgs, models, stack, x, y = two_member_group()
+    losses = group_loss(template_model(models[0]), stack.buffers)(stack.params, x, y)
+    grads = dict(zip(stack.params, torch.autograd.grad(losses.sum(), list(stack.params.values()))))
+    w = stack.params["blocks.0.mlp.fc.weight"]
+    assert not w[1].is_contiguous() and _dense(w[1]).is_contiguous()
+    assert _dense(w[1]).data_ptr() == w[1].data_ptr() and torch.equal(_dense(w[1]).t(), w[1])
+    assert _dense(stack.params["blocks.0.mlp.fc.bias"][1]).data_ptr() == stack.params["blocks.0.mlp.fc.bias"][1].data_ptr()
+
+    def stepped(dense):
+        params = {n: p.detach().clone(memory_format=torch.preserve_format) for n, p in stack.params.items()}
+        opt = StackedOptimizer(type(stack)(params, stack.buffers), cfgs, torch.device("cpu"))
+        assert opt.fused
+        with mock.patch("trainers.ensemble._dense", dense), profile() as prof:
+            for _ in range(2):
+                opt.step(grads)
+        copies = sum(e.count for e in prof.key_averages() if e.key in ("aten::clone", "aten::copy_"))
+        return params, opt.state, copies
+
+    new, new_state, new_copies = stepped(_dense)
+    old, old_state, old_copies = stepped(lambda t: t)
+    assert new_copies == 0 and old_copies > 0  # the copies it saves are there without it
+    for name in new:
+        assert torch.equal(new[name], old[name]), name
+        assert new[name].stride() == stack.params[name].stride()
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(new_state[name][key], old_state[name][key]), (name, key)
+    assert not torch.equal(new["blocks.0.mlp.fc.weight"], stack.params["blocks.0.mlp.fc.weight"])  # it stepped
 
 
 @pytest.mark.parametrize("bf16", [False, True])

@@ -1,6 +1,7 @@
 """The transformer with every PE variant: shapes, gradients, placement, fixed tables, readout."""
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -351,3 +352,36 @@ def test_attention_with_an_attention_pe_is_the_softmax_of_rotated_queries_and_ke
         want = attn.proj(y)
         torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(attn(x, query=15), want[:, 15:16], rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_attention_hands_its_products_a_contiguous_v():
+    """A bf16 v arrives as a slice of the fused qkv output (rows 3 C apart); ATen's CPU bmm would copy it
+    inside the forward's product and, transposed, inside the backward's. `matmul_attention` makes it
+    contiguous once (`CONTIGUOUS_V_DEVICES`): no product copies an operand then, the output and gradients are
+    the same bits, and with the slice passed as it is (the control) the products do copy. A float32 v, which
+    the products take as it is, is left alone."""
+    from torch.profiler import profile
+
+    import trainers.model as M
+
+    g = torch.Generator()
+
+    def run(dtype):
+        qkv = torch.randn(6, 16, 3 * 8, generator=g).to(dtype).requires_grad_(True)
+        up = torch.randn(6, 1, 16, 8, generator=g).to(dtype)
+        q, k, v = (t.unsqueeze(1) for t in qkv.split(8, dim=-1))  # (B, 1, T, hs) views, rows 24 apart
+        with profile() as prof:
+            y = M.matmul_attention(q, k, v)
+            (grad,) = torch.autograd.grad(y, qkv, up)
+        contiguous = [e.cpu_parent.name if e.cpu_parent else None for e in prof.events() if e.name == "aten::contiguous"]
+        return y, grad, contiguous
+
+    g.manual_seed(0)
+    y, grad, contiguous = run(torch.bfloat16)
+    with mock.patch.object(M, "CONTIGUOUS_V_DEVICES", frozenset()):
+        g.manual_seed(0)
+        y0, grad0, contiguous0 = run(torch.bfloat16)
+    assert contiguous == [None]  # ours, once, not inside a product
+    assert contiguous0.count("aten::bmm") == 2  # the forward's product and the backward's
+    assert torch.equal(y, y0) and torch.equal(grad, grad0)
+    assert run(torch.float32)[2] == []

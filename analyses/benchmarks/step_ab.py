@@ -1,0 +1,166 @@
+"""A/B of the compiled CPU ensemble step: the trainers' step against the same step with experiment flags
+(`step_experiments.EXPERIMENTS`), interleaved over rounds, each variant run as the CPU benchmark runs an
+ensemble of 8: one group of --k members per one-thread process, --side-by-side such processes at once.
+
+Usage:
+  python analyses/benchmarks/step_ab.py --variants plain,inductor_gelu,inductor_gelu+copying_adamw \
+      --rounds 4 --out reports/benchmarks/cpu-avx512/step-ab
+
+A variant is ``plain`` (the trainers as they are) or experiment names joined by ``+``. Every round runs each
+variant once, in a shuffled order (seeded), each run its own processes: compile, --warmup steps, then
+--windows windows of --steps steps; a process reports its fastest and its median window (ms per step).
+Single timings on this VM drift by 10% and more from one minute to the next, which is why the variants
+alternate and the summary is over every process of every round: the mean of the processes' fastest windows,
+the median of their median windows, and each as a ratio to the first variant. Writes OUT/step_ab.csv (one
+row per process) and OUT/step_ab.md (the summary, the machine and the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parent))
+
+from bench_io import command_line, machine, write_results  # noqa: E402
+from step_experiments import EXPERIMENTS  # noqa: E402
+
+
+def parse_variant(variant: str) -> list[str]:
+    """``plain`` -> []; ``a+b`` -> ["a", "b"], each a name of `EXPERIMENTS` (ValueError otherwise)."""
+    if variant == "plain":
+        return []
+    names = variant.split("+")
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown or not all(names):
+        raise ValueError(f"unknown experiment {', '.join(unknown) or repr(variant)}; choose from "
+                         f"plain, {', '.join(EXPERIMENTS)} (joined by +)")
+    return names
+
+
+def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int) -> dict:
+    """Time one compiled bf16 group step of k members under ``variant``'s patches (this process, one thread)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from trainers.memory import keep_freed_memory
+
+    keep_freed_memory()
+    for name in parse_variant(variant):
+        EXPERIMENTS[name][1]()
+    import bench_train
+
+    step = bench_train._group_step(d, torch.device("cpu"), list(range(k)), bf16=True, compile=True)
+    for i in range(warmup):
+        step(i)
+    ms = []
+    for w in range(windows):
+        t = time.perf_counter()
+        for i in range(steps):
+            step(warmup + w * steps + i)
+        ms.append((time.perf_counter() - t) / steps * 1e3)
+    return {"fastest_ms": round(min(ms), 2), "median_ms": round(statistics.median(ms), 2)}
+
+
+def run_round(variant: str, args) -> list[dict]:
+    """--side-by-side worker processes of one variant at once; their results."""
+    cmd = [sys.executable, str(HERE), "--worker", variant, "--d-model", str(args.d_model), "--k", str(args.k),
+           "--warmup", str(args.warmup), "--windows", str(args.windows), "--steps", str(args.steps)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(args.side_by_side)]
+    out = []
+    for p in procs:
+        stdout, _ = p.communicate()
+        if p.returncode:
+            raise RuntimeError(f"{variant}: a worker failed (exit {p.returncode})")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def summary(rows: list[dict], variants: list[str]) -> list[dict]:
+    base = None
+    table = []
+    for v in variants:
+        fast = statistics.mean(r["fastest_ms"] for r in rows if r["variant"] == v)
+        med = statistics.median(r["median_ms"] for r in rows if r["variant"] == v)
+        base = base or (fast, med)
+        table.append({"variant": v, "processes": sum(r["variant"] == v for r in rows), "mean_fastest_ms": round(fast, 1),
+                      "median_median_ms": round(med, 1), "fastest_vs_first": round(fast / base[0], 3),
+                      "median_vs_first": round(med / base[1], 3)})
+    return table
+
+
+def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
+    import torch
+
+    lines = [
+        "# A/B of the compiled CPU ensemble step",
+        "",
+        f"Written by `{command_line('step_ab.py', argv)}` (raw numbers: `step_ab.csv`).",
+        f"Machine: {machine(torch.device('cpu'))} (the parent process; each worker runs 1 torch thread). Each variant: {args.side_by_side} one-thread processes side by side, one group of "
+        f"K = {args.k} at d_model {args.d_model}, bf16 autocast, torch.compile; {args.warmup} warm-up steps, then "
+        f"{args.windows} windows of {args.steps} steps; {args.rounds} rounds, variants shuffled in each. "
+        "ms per step per process (lower is faster); `vs first` > 1 means slower than the first variant.",
+        "",
+        "| variant | processes | mean of fastest windows (ms/step) | median of median windows (ms/step) | fastest vs first | median vs first |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in summary(rows, variants):
+        lines.append(f"| {r['variant']} | {r['processes']} | {r['mean_fastest_ms']} | {r['median_median_ms']} | "
+                     f"{r['fastest_vs_first']} | {r['median_vs_first']} |")
+    lines += ["", "Variants: " + "; ".join(
+        f"`{v}`: " + (" + ".join(EXPERIMENTS[n][2] for n in parse_variant(v)) if v != "plain" else "the trainers as they are")
+        for v in variants), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", default="plain,inductor_gelu+copying_adamw",
+                   help="comma list of variants, the first the reference: plain or experiment names joined by + "
+                        f"({', '.join(EXPERIMENTS)})")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--k", type=int, default=4, help="members per process (the ensemble of 8 on 2 cores: 4)")
+    p.add_argument("--side-by-side", type=int, default=2, help="processes at once (default 2, one per core here)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--windows", type=int, default=6)
+    p.add_argument("--steps", type=int, default=8, help="steps per timed window")
+    p.add_argument("--seed", type=int, default=0, help="seed of the variants' order in each round")
+    p.add_argument("--out", default="out/step_ab")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker, args.d_model, args.k, args.warmup, args.windows, args.steps)))
+        return 0
+    variants = args.variants.split(",")
+    try:
+        for v in variants:
+            parse_variant(v)
+    except ValueError as e:
+        p.error(str(e))
+    if min(args.rounds, args.k, args.side_by_side, args.windows, args.steps) < 1 or args.warmup < 0:
+        p.error("--rounds, --k, --side-by-side, --windows and --steps must be >= 1, --warmup >= 0")
+    rng = random.Random(args.seed)
+    rows = []
+    for r in range(1, args.rounds + 1):
+        order = variants[:]
+        rng.shuffle(order)
+        for v in order:
+            for i, res in enumerate(run_round(v, args)):
+                rows.append({"round": r, "variant": v, "process": i, **res})
+                print(f"round {r} {v:40s} process {i}: fastest {res['fastest_ms']} ms/step, median {res['median_ms']}", flush=True)
+    write_results(args.out, "step_ab", rows, report(rows, variants, args, argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
