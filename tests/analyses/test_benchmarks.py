@@ -464,7 +464,7 @@ def test_profile_step_compile_mode_reaches_torch_compile_and_tags_compiled_rows_
 def test_profile_step_lists_the_generated_kernels_of_a_compiled_cpu_step(tmp_path):
     import profile_step
 
-    argv = ["--d-model", "16", "--k", "2", "--steps", "2", "--warmup", "1", "--configs", "single-compile",
+    argv = ["--d-model", "16", "--k", "2", "--steps", "2", "--warmup", "1", "--configs", "single-compile", "--top", "60",
             "--out", str(tmp_path)]
     assert profile_step.main(argv) == 0
     text = (tmp_path / "profile.md").read_text()
