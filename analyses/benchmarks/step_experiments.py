@@ -6,7 +6,7 @@ None of them is the trainers' arithmetic or code path until a lease has measured
 product of `trainers.logits` after the fourth, and ATen's GELU kernels of `trainers.gelu` after CPU
 timings). Each either keeps the step's maths (another summation order at most: --packed-attention,
 --contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode; another
-rounding of the GELU: --inductor-gelu; the same update: --copying-adamw; the same products: --strided-v) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
+rounding of the GELU: --inductor-gelu; the same update: --copying-adamw, --per-step-slices; the same products: --strided-v) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
 logits' gradient in float32 where the trainers' CUDA product rounds it to bf16). The patches last for the
 process: `profile_step.main` applies them before it builds a step.
 """
@@ -158,10 +158,43 @@ def apply_activation(name: str) -> None:
 def _copying_adamw() -> None:
     """The stacked optimizer hands torch's fused AdamW each member's weight slices as they are, transposed in
     memory, so the CPU kernel clones and copies back each one every step (an experiment flag): the trainers'
-    form until `trainers.ensemble._dense` passed their contiguous transposes."""
+    form until `trainers.ensemble._dense_transposed` had them passed as their contiguous transposes."""
     import trainers.ensemble
 
-    trainers.ensemble._dense = lambda t: t
+    trainers.ensemble._dense_transposed = lambda p: False
+
+
+def per_step_fused_slices(self, lr: float, wd: float, ks: list[int]):
+    """`StackedOptimizer._fused_slices` building its lists of member slices anew on every call, as the
+    optimizer did before it kept them."""
+    self._slices.clear()
+    return type(self)._kept_fused_slices(self, lr, wd, ks)
+
+
+def allocating_adam_state(self, name: str) -> dict:
+    """`StackedOptimizer._adam_state` as it was: a ``setdefault`` whose default allocates (and zeroes) two
+    tensors the size of the parameter on every call, used or not."""
+    p = self.stack.params[name]
+    return self.state.setdefault(name, {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)})
+
+
+def restore_per_step_slices(cls: type) -> None:
+    """Give an optimizer class (`trainers.ensemble.StackedOptimizer` or a subclass) the per-step form."""
+    if cls.__dict__.get("_fused_slices") is per_step_fused_slices:
+        return  # already (a second patch would make the kept method this one, and recurse)
+    cls._kept_fused_slices = cls._fused_slices
+    cls._fused_slices = per_step_fused_slices
+    cls._adam_state = allocating_adam_state
+
+
+def _per_step_slices() -> None:
+    """The stacked optimizer builds the fused AdamW's lists of member slices anew every step and allocates two
+    zero tensors per parameter per step in its moment lookup (an experiment flag): the trainers' form until
+    `trainers.ensemble.StackedOptimizer._fused_slices` kept the slices (hundreds of Python-level views and
+    layout checks per CPU group step) and `_adam_state` stopped calling ``setdefault``."""
+    import trainers.ensemble
+
+    restore_per_step_slices(trainers.ensemble.StackedOptimizer)
 
 
 def _strided_v() -> None:
@@ -210,7 +243,11 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                       "(`trainers.gelu`, the trainers' form; run with and without it to compare)"),
     "copying_adamw": ("+copying-adamw", _copying_adamw,
                       "the fused AdamW handed each member's weight slices transposed in memory, as before "
-                      "`trainers.ensemble._dense` (on the CPU it then clones and copies back each one per step)"),
+                      "`trainers.ensemble._dense_transposed` (on the CPU it then clones and copies back each one per step)"),
+    "per_step_slices": ("+per-step-slices", _per_step_slices,
+                        "the fused AdamW's lists of member slices rebuilt every step and two zero tensors allocated per "
+                        "parameter per step, as before `trainers.ensemble.StackedOptimizer._fused_slices` kept "
+                        "them and `_adam_state` dropped setdefault (the CPU's per-member slices)"),
     "strided_v": ("+strided-v", _strided_v,
                   "the attention's v left as the strided slice of the qkv output on the CPU, as before "
                   "`trainers.model.CONTIGUOUS_V_DEVICES` (ATen's CPU bmm then copies it inside the forward's "

@@ -546,31 +546,34 @@ def test_linear_weights_are_stored_so_their_gradients_need_no_copy():
 def test_fused_adamw_updates_each_members_weights_in_place_with_no_copy():
     """The fused AdamW kernel clones a non-contiguous parameter and copies it back on the CPU; the stacked
     linear weights' member slices are transposed in memory, so the optimizer hands it their contiguous
-    transposes (`_dense`). The same update bit for bit as the slices themselves, and no copies."""
+    transposes (`_dense_transposed`). The same update bit for bit as the slices themselves, and no copies."""
     from torch.profiler import profile
 
-    from trainers.ensemble import StackedOptimizer, _dense, group_loss, template_model
+    from trainers.ensemble import StackedOptimizer, _dense_transposed, _member_slices, group_loss, template_model
 
     cfgs, models, stack, x, y = two_member_group()
     losses = group_loss(template_model(models[0]), stack.buffers)(stack.params, x, y)
     grads = dict(zip(stack.params, torch.autograd.grad(losses.sum(), list(stack.params.values()))))
     w = stack.params["blocks.0.mlp.fc.weight"]
-    assert not w[1].is_contiguous() and _dense(w[1]).is_contiguous()
-    assert _dense(w[1]).data_ptr() == w[1].data_ptr() and torch.equal(_dense(w[1]).t(), w[1])
-    assert _dense(stack.params["blocks.0.mlp.fc.bias"][1]).data_ptr() == stack.params["blocks.0.mlp.fc.bias"][1].data_ptr()
+    b = stack.params["blocks.0.mlp.fc.bias"]
+    assert _dense_transposed(w) and not _dense_transposed(b)
+    dense = _member_slices(w, True)[1]
+    assert not w[1].is_contiguous() and dense.is_contiguous()
+    assert dense.data_ptr() == w[1].data_ptr() and torch.equal(dense.t(), w[1])
+    assert all(torch.equal(s, b[k]) and s.data_ptr() == b[k].data_ptr() for k, s in enumerate(_member_slices(b, False)))
 
     def stepped(dense):
         params = {n: p.detach().clone(memory_format=torch.preserve_format) for n, p in stack.params.items()}
         opt = StackedOptimizer(type(stack)(params, stack.buffers), cfgs, torch.device("cpu"))
         assert opt.fused
-        with mock.patch("trainers.ensemble._dense", dense), profile() as prof:
+        with mock.patch("trainers.ensemble._dense_transposed", dense), profile() as prof:
             for _ in range(2):
                 opt.step(grads)
         copies = sum(e.count for e in prof.key_averages() if e.key in ("aten::clone", "aten::copy_"))
         return params, opt.state, copies
 
-    new, new_state, new_copies = stepped(_dense)
-    old, old_state, old_copies = stepped(lambda t: t)
+    new, new_state, new_copies = stepped(_dense_transposed)
+    old, old_state, old_copies = stepped(lambda p: False)
     assert new_copies == 0 and old_copies > 0  # the copies it saves are there without it
     for name in new:
         assert torch.equal(new[name], old[name]), name
@@ -578,6 +581,43 @@ def test_fused_adamw_updates_each_members_weights_in_place_with_no_copy():
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(new_state[name][key], old_state[name][key]), (name, key)
     assert not torch.equal(new["blocks.0.mlp.fc.weight"], stack.params["blocks.0.mlp.fc.weight"])  # it stepped
+
+
+def test_fused_adamw_keeps_its_member_slices_and_rebuilds_them_for_a_replaced_tensor():
+    """The fused step's lists of member slices are built once per (lr, wd) group and kept (views of tensors
+    updated in place): the same weights bit for bit as rebuilding them every step, with two groups of
+    members; and a moment tensor replaced behind its back (a resume assigning new state) is picked up."""
+    from trainers.ensemble import Stack, StackedOptimizer
+
+    hyper = [(3e-3, 0.01), (1e-3, 0.01), (3e-3, 0.01)]
+    cfgs = [tiny(**{"optim.lr": lr, "optim.weight_decay": wd}) for lr, wd in hyper]
+
+    def run(rebuild: bool, replace_at: int | None = None):
+        stack = Stack.of(_small_models())
+        opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
+        assert opt.fused and len(opt.by_hyper) == 2
+        g = torch.Generator().manual_seed(0)
+        for t in range(4):
+            if rebuild:
+                opt._slices.clear()
+            if t == replace_at:
+                name = next(iter(stack.params))
+                opt.state[name]["exp_avg"] = opt.state[name]["exp_avg"].clone()
+            grads = {n: torch.empty_like(p).copy_(torch.randn(p.shape, generator=g)) for n, p in stack.params.items()}
+            opt.step(grads)
+        return stack.params, opt
+
+    kept, opt = run(rebuild=False)
+    assert len(opt._slices) == 2
+    rebuilt, _ = run(rebuild=True)
+    for name in kept:
+        assert torch.equal(kept[name], rebuilt[name]), name
+    replaced, opt = run(rebuild=False, replace_at=2)
+    for name in kept:
+        assert torch.equal(replaced[name], kept[name]), name  # the new tensor's values were the old ones
+    name = next(iter(replaced))
+    moments = opt._slices[next(iter(opt.by_hyper))][1][1]  # the first group: members 0 and 2
+    assert moments[0].data_ptr() == opt.state[name]["exp_avg"].data_ptr()  # views of the replacement
 
 
 @pytest.mark.parametrize("bf16", [False, True])
