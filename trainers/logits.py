@@ -4,15 +4,24 @@ Rounding the logits to bf16 before the softmax would move each by up to ~0.4% of
 double the attention output's error in `tests/trainers/test_model.py`; SDPA's kernels keep them in float32
 too. Two ways to get float32 logits from the bf16 q and k of an autocast step:
 
-- upcast q and k and take a float32 product (`float32_logits`): every device, but on a GPU at the study's
-  16 tokens cuBLAS runs that batch of 38,400 tiny float32 products at 7 TFLOP/s (H200, third lease);
-- one half-precision product that accumulates and writes float32 (`HalfLogits`, CUDA's
-  ``torch.bmm(..., out_dtype=torch.float32)``): the same products (two bf16 numbers multiply exactly in
-  float32) summed in another order. The fourth lease measured the compiled K = 300 bf16 step at 35.66 ms
-  with the first and 33.13 ms with this one (1.076x; reports/benchmarks/gpu_session.md), the logits
-  1.7e-7 apart (relative norm) and the input gradients 2.6e-3 (the backward's one bf16 rounding).
+- upcast q and k and take a float32 product (`float32_logits`), whose backward multiplies the logits'
+  float32 gradient in float32 too; but on a GPU at the study's 16 tokens cuBLAS runs that batch of 38,400
+  tiny float32 products at 7 TFLOP/s (H200, third lease), and in a compiled CPU group step its two
+  backward float32 products took ~0.6 ms each per layer (d_model 64, K = 4, one thread), the bf16 ones
+  beside them ~0.22 ms;
+- `HalfLogits`: a forward that writes float32 from the half-precision inputs (CUDA's
+  ``torch.bmm(..., out_dtype=torch.float32)``, the same products summed in another order; the CPU has no
+  such kernel and takes the float32 product of the upcast inputs, the very values of `float32_logits`),
+  and a backward that rounds the incoming gradient to bf16 once and takes dq = g k and dk = g^T q as bf16
+  products, as the backward of a bf16 product under autocast does. The fourth GPU lease measured the
+  compiled K = 300 bf16 step at 35.66 ms with the first and 33.13 ms with this one (1.076x;
+  reports/benchmarks/gpu_session.md), the logits 1.7e-7 apart (relative norm) and the input gradients
+  2.6e-3 (the backward's one bf16 rounding). On the CPU the forward is unchanged and the step's A/B is in
+  reports/benchmarks/cpu-avx512/step-ab-half-logits/.
 
-`logits_product` takes the second on CUDA for bf16 inputs, the first everywhere else.
+`logits_product` takes the second for bf16 inputs on CUDA (with the out_dtype kernel) and on the CPU, the
+first everywhere else (float32 training, fp16). On the CPU q and k are made contiguous first
+(`CONTIGUOUS_OPERANDS_DEVICES`).
 """
 
 from __future__ import annotations
@@ -24,6 +33,13 @@ HALF = (torch.bfloat16,)  # the dtype measured on a GPU; fp16 (which the trainer
 # torch.bmm(..., out_dtype=...) is the overload aten::bmm.dtype, which older torch releases lack; looked up once here,
 # not inside compiled steps
 HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
+# Devices where `half_logits` makes q and k contiguous before its products. They are slices of the fused qkv
+# projection's output (rows 3 C apart), and ATen's CPU bmm copies such a strided bf16 operand into a
+# contiguous one inside every call that reads it: the backward's two products would each copy one (~0.35 ms
+# per product instead of ~0.22 in a compiled d_model 64, K = 4 group step, one thread). Made contiguous here,
+# it is a layout Inductor writes in the kernel that splits q, k and v, as for v
+# (`trainers.model.CONTIGUOUS_V_DEVICES`). cuBLAS takes strided batches as they are.
+CONTIGUOUS_OPERANDS_DEVICES = frozenset({"cpu"})
 
 
 def float32_logits(q: Tensor, k: Tensor) -> Tensor:
@@ -34,8 +50,8 @@ def float32_logits(q: Tensor, k: Tensor) -> Tensor:
 
 def float32_out_bmm(a: Tensor, b: Tensor) -> Tensor:
     """a @ b of half-precision batches (N, n, m) @ (N, m, p), accumulated and written in float32: CUDA's
-    out_dtype kernel, elsewhere the float32 product of the upcast inputs (the same values up to the order of
-    the sums). The fallback lets the CPU tests run `HalfLogits` forward and backward as the GPU does."""
+    out_dtype kernel, elsewhere (the CPU's `HalfLogits` forward) the float32 product of the upcast inputs,
+    the same values up to the order of the sums."""
     if a.device.type == "cuda":
         return torch.bmm(a, b, out_dtype=torch.float32)
     return torch.bmm(a.float(), b.float())
@@ -63,18 +79,22 @@ class HalfLogits(torch.autograd.Function):
 def half_logits(q: Tensor, k: Tensor) -> Tensor:
     """q k^T of half-precision (..., Tq, hs), (..., T, hs) as `HalfLogits` over the flattened batch."""
     *lead, tq, hs = q.shape
+    if q.device.type in CONTIGUOUS_OPERANDS_DEVICES:
+        q, k = q.contiguous(), k.contiguous()
     out = HalfLogits.apply(q.reshape(-1, tq, hs), k.reshape(-1, k.shape[-2], hs))
     return out.view(*lead, tq, k.shape[-2])
 
 
 def uses_half_logits(q: Tensor, k: Tensor) -> bool:
-    """Whether `logits_product` takes the half-precision product: bf16 CUDA inputs (`HALF`), on a torch
+    """Whether `logits_product` takes `HalfLogits`: bf16 inputs (`HALF`) on the CPU, or on CUDA with a torch
     that has the out_dtype kernel."""
-    return HAS_OUT_DTYPE_BMM and q.device.type == "cuda" and q.dtype in HALF and k.dtype == q.dtype
+    if q.dtype not in HALF or k.dtype != q.dtype:
+        return False
+    return q.device.type == "cpu" or (q.device.type == "cuda" and HAS_OUT_DTYPE_BMM)
 
 
 def logits_product(q: Tensor, k: Tensor) -> Tensor:
-    """q k^T in float32 (or q's dtype if wider): (..., Tq, hs), (..., T, hs) -> (..., Tq, T); on CUDA for
-    bf16 inputs one bf16 product written in float32 (`HalfLogits`), elsewhere the float32 product of the
-    upcast inputs."""
+    """q k^T in float32 (or q's dtype if wider): (..., Tq, hs), (..., T, hs) -> (..., Tq, T); for bf16 inputs
+    on CUDA and the CPU `HalfLogits` (float32 logits, a bf16 backward), elsewhere the float32 product of the
+    upcast inputs and its float32 backward."""
     return half_logits(q, k) if uses_half_logits(q, k) else float32_logits(q, k)

@@ -63,8 +63,9 @@ def attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None = None, is_
     taken in float32 even for bf16 / fp16 inputs or under autocast, as SDPA's fused kernels and its math
     backend do by default: rounding the logits to bf16 first (8 significant bits) would move each by up
     to ~0.4% of its size before the softmax (0.05 at a logit of 13) and, in the test, more than double the
-    attention output's mean error of SDPA's own bf16 kernel (tests/trainers/test_model.py). On CUDA the
-    product of bf16 q and k is one bf16 product written in float32 (`trainers.logits.logits_product`).
+    attention output's mean error of SDPA's own bf16 kernel (tests/trainers/test_model.py). For bf16 q and k
+    the backward rounds the logits' gradient to bf16 once and multiplies in bf16; on CUDA the forward is one
+    bf16 product written in float32 (`trainers.logits.logits_product`).
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     with torch.autocast(q.device.type, enabled=False):

@@ -65,9 +65,10 @@ def _bf16_residual() -> None:
 
 
 def _float32_logits() -> None:
-    """The attention logits as the float32 product of the upcast q and k on every device (an experiment flag;
-    `trainers.model.logits_product`): the GPU's form until the fourth lease, which measured the bf16 product
-    written in float32 that replaced it (`trainers.logits`) against it."""
+    """The attention logits as the float32 product of the upcast q and k, and its float32 backward, on every
+    device (an experiment flag; `trainers.model.logits_product`): the bf16 steps' form until `trainers.logits`
+    took `HalfLogits` (bf16 backward products), on CUDA after the fourth lease measured it, on the CPU after
+    step_ab did (reports/benchmarks/cpu-avx512/step-ab-half-logits/)."""
     import trainers.logits
     import trainers.model
 
@@ -234,9 +235,10 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                       "stream is stored in bf16 rather than autocast's float32 (not the trainers' arithmetic: what "
                       "the float32 stream costs)"),
     "float32_logits": ("+fp32-logits", _float32_logits,
-                       "the attention logits as the float32 product of the upcast bf16 q and k, not one bf16 "
-                       "product written in float32 (the trainers' form on CUDA since the fourth lease; run with "
-                       "and without it to compare)"),
+                       "the attention logits as the float32 product of the upcast bf16 q and k with its float32 "
+                       "backward, not `trainers.logits.HalfLogits` (float32 logits, the gradient rounded to bf16 "
+                       "once and multiplied in bf16: the trainers' form for bf16 steps on CUDA and the CPU; run "
+                       "with and without it to compare)"),
     "inductor_gelu": ("+inductor-gelu", _inductor_gelu,
                       "the MLP's GELU left to Inductor in compiled CPU steps (its generated kernels, the GELU "
                       "recomputed in the backward), not ATen's kernels behind an opaque operator "

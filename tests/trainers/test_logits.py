@@ -1,5 +1,6 @@
-"""The attention logits q k^T (`trainers.logits`): the float32 product, and the half-precision product written
-in float32 that CUDA steps take, whose forward and backward the CPU runs over an upcast product."""
+"""The attention logits q k^T (`trainers.logits`): the float32 product, and `HalfLogits` (float32 logits, a
+bf16 backward) that bf16 steps take on CUDA (one product written in float32) and on the CPU (the forward
+over the upcast inputs)."""
 
 import pytest
 import torch
@@ -22,10 +23,40 @@ def test_float32_logits_upcast_half_inputs_and_keep_wider_ones():
     assert float32_logits(q.double(), k.double()).dtype == torch.float64
 
 
-def test_the_cpu_takes_the_float32_product_even_for_bf16_inputs():
+def test_the_cpu_takes_half_logits_for_bf16_inputs_with_the_float32_products_forward():
+    """On the CPU the forward of `HalfLogits` is the float32 product itself: the logits are equal bit for bit;
+    only the backward (bf16 products) differs."""
     q, k = _qk(torch.bfloat16)
+    assert uses_half_logits(q, k)
+    assert torch.equal(logits_product(q, k), float32_logits(q, k))
+    qs, ks = (t.requires_grad_() for t in _qk(torch.bfloat16))
+    gq, gk = torch.autograd.grad(logits_product(qs, ks).sum(), (qs, ks))
+    hq, hk = torch.autograd.grad(half_logits(qs, ks).sum(), (qs, ks))
+    assert torch.equal(gq, hq) and torch.equal(gk, hk)
+
+
+def test_the_cpu_takes_the_float32_product_for_float32_inputs():
+    q, k = _qk(torch.float32)
     assert not uses_half_logits(q, k)
     assert torch.equal(logits_product(q, k), float32_logits(q, k))
+
+
+def test_half_logits_on_strided_slices_equal_those_on_contiguous_copies():
+    """q and k as the CPU step hands them over, slices of one fused qkv output (made contiguous inside
+    `half_logits` on the CPU): the same logits and gradients as on contiguous copies."""
+    g = torch.Generator().manual_seed(3)
+    qkv = torch.randn(6, 1, 5, 24, generator=g).bfloat16().requires_grad_()
+    q, k, _ = qkv.split(8, dim=-1)
+    assert not q.is_contiguous()
+    y = half_logits(q, k)
+    w = torch.randn(y.shape, generator=g)
+    (gqkv,) = torch.autograd.grad((y * w).sum(), (qkv,))
+    qc, kc = (t.detach().contiguous().requires_grad_() for t in (q, k))
+    yc = half_logits(qc, kc)
+    gq, gk = torch.autograd.grad((yc * w).sum(), (qc, kc))
+    assert torch.equal(y, yc)
+    assert torch.equal(gqkv[..., :8], gq) and torch.equal(gqkv[..., 8:16], gk)
+    assert not gqkv[..., 16:].any()
 
 
 def test_half_logits_forward_and_backward_against_brute_force():
@@ -68,7 +99,7 @@ def test_half_logits_compile_to_the_eager_values():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_logits_product_compiles_on_the_cpu_to_the_float32_product():
+def test_logits_product_compiles_on_the_cpu_to_the_float32_products_values():
     """The choice between the two products traces under torch.compile (compiled steps call it)."""
     q, k = _qk(torch.bfloat16)
     torch._dynamo.reset()
@@ -88,7 +119,7 @@ def test_uses_half_logits_only_for_bf16_inputs(dtype):
     assert not uses_half_logits(q, k)
 
 
-def test_uses_half_logits_needs_cuda_bf16_on_both_inputs_and_the_kernel(monkeypatch):
+def test_uses_half_logits_needs_bf16_on_both_inputs_and_on_cuda_the_kernel(monkeypatch):
     """The choice itself, on stand-ins for CUDA tensors (only their device type and dtype are read)."""
     from types import SimpleNamespace
 
@@ -102,6 +133,9 @@ def test_uses_half_logits_needs_cuda_bf16_on_both_inputs_and_the_kernel(monkeypa
     assert uses_half_logits(t(cuda, bf16), t(cuda, bf16))
     assert not uses_half_logits(t(cuda, torch.float16), t(cuda, torch.float16))
     assert not uses_half_logits(t(cuda, bf16), t(cuda, torch.float32))
-    assert not uses_half_logits(t("cpu", bf16), t("cpu", bf16))
+    assert uses_half_logits(t("cpu", bf16), t("cpu", bf16))
+    assert not uses_half_logits(t("cpu", bf16), t("cpu", torch.float32))
+    assert not uses_half_logits(t("mps", bf16), t("mps", bf16))
     monkeypatch.setattr(trainers.logits, "HAS_OUT_DTYPE_BMM", False)  # a torch without aten::bmm.dtype
     assert not uses_half_logits(t(cuda, bf16), t(cuda, bf16))
+    assert uses_half_logits(t("cpu", bf16), t("cpu", bf16))  # the CPU's forward needs no such kernel

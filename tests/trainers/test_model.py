@@ -354,14 +354,17 @@ def test_attention_with_an_attention_pe_is_the_softmax_of_rotated_queries_and_ke
         torch.testing.assert_close(attn(x, query=15), want[:, 15:16], rtol=1e-5, atol=1e-6)
 
 
-def test_cpu_attention_hands_its_products_a_contiguous_v():
-    """A bf16 v arrives as a slice of the fused qkv output (rows 3 C apart); ATen's CPU bmm would copy it
-    inside the forward's product and, transposed, inside the backward's. `matmul_attention` makes it
-    contiguous once (`CONTIGUOUS_V_DEVICES`): no product copies an operand then, the output and gradients are
-    the same bits, and with the slice passed as it is (the control) the products do copy. A float32 v, which
-    the products take as it is, is left alone."""
+def test_cpu_attention_hands_its_products_contiguous_operands():
+    """A bf16 q, k and v arrive as slices of the fused qkv output (rows 3 C apart); ATen's CPU bmm would copy
+    such an operand inside each product that reads it (v in the forward's product and, transposed, the
+    backward's; q and k in the logits' backward products). `matmul_attention` makes v contiguous once
+    (`CONTIGUOUS_V_DEVICES`) and `trainers.logits.half_logits` q and k (`CONTIGUOUS_OPERANDS_DEVICES`): no
+    product copies an operand then, the output and gradients are the same bits, and with the slices passed
+    as they are (the control) the products do copy. A float32 step, whose products take strided operands as
+    they are, copies nothing."""
     from torch.profiler import profile
 
+    import trainers.logits
     import trainers.model as M
 
     g = torch.Generator()
@@ -378,10 +381,11 @@ def test_cpu_attention_hands_its_products_a_contiguous_v():
 
     g.manual_seed(0)
     y, grad, contiguous = run(torch.bfloat16)
-    with mock.patch.object(M, "CONTIGUOUS_V_DEVICES", frozenset()):
+    with mock.patch.object(M, "CONTIGUOUS_V_DEVICES", frozenset()), \
+            mock.patch.object(trainers.logits, "CONTIGUOUS_OPERANDS_DEVICES", frozenset()):
         g.manual_seed(0)
         y0, grad0, contiguous0 = run(torch.bfloat16)
-    assert contiguous == [None]  # ours, once, not inside a product
-    assert contiguous0.count("aten::bmm") == 2  # the forward's product and the backward's
+    assert contiguous == [None] * 3  # ours: v, q and k once each, outside the products
+    assert contiguous0 == ["aten::bmm"] * 4  # v in two products, q and k in the logits' backward
     assert torch.equal(y, y0) and torch.equal(grad, grad0)
     assert run(torch.float32)[2] == []
