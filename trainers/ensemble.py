@@ -29,8 +29,10 @@ groups, trained one after the other. A member resuming from a different epoch is
 
 Differences from the single-model trainer (documented, tested where exact):
 * with attention-side PEs (the vmap path) attention is computed as softmax(q k^T / sqrt(hs) + bias) v
-  written out (`attend` may pick the fused SDPA kernel, which has no vmap batching rule on CPU); same
-  maths, float32 rounding differs at ~1e-7;
+  written out (`attend` may pick the fused SDPA kernel, which has no vmap batching rule on CPU), its
+  weights by `trainers.model.attention_weights` as `attend`'s matrix-product path computes them (float32
+  logits under bf16 autocast; until 2026-12-06 this path rounded them to bf16); same maths, float32
+  rounding differs at ~1e-7;
 * with dropout > 0 the dropout masks differ from solo runs (vmap draws different masks per member);
   with the study's dropout 0 the runs match solo training within float tolerance.
 """
@@ -61,7 +63,7 @@ from trainers.config import TrainConfig, validate
 from trainers.console import print_line
 from trainers.evaluate import EVAL_BATCH, Split, bf16_autocast, encode_split, resolve_device, tf32_matmuls
 from trainers.gelu import gelu
-from trainers.model import PETransformer, attend
+from trainers.model import PETransformer, attend, attention_weights
 from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
@@ -97,10 +99,7 @@ def _math_attention(self, x: Tensor, query: int | None = None) -> Tensor:
     if self.pe is not None:
         bias = self.pe.attn_bias(q)
         q, k = self.pe.rotate(q, k)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, T)
-    if bias is not None:
-        att = att + bias
-    att = att.softmax(dim=-1)
+    att = attention_weights(q, k, bias)  # (B, nh, T, T); float32 logits under bf16 autocast, as `attend`
     if self.training and self.dropout > 0:
         att = F.dropout(att, self.dropout)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
@@ -109,11 +108,24 @@ def _math_attention(self, x: Tensor, query: int | None = None) -> Tensor:
     return self.proj(y)
 
 
+def _linear_bias_after(self: torch.nn.Linear, x: Tensor) -> Tensor:
+    """`nn.Linear.forward` for the vmap path: the product without the bias, then the bias added in the
+    product's dtype (as `_linear` does off `BIAS_IN_PRODUCT_DEVICES`). Under vmap, ``F.linear`` with a bias
+    escapes autocast (torch 2.13: its output stays float32 under CPU bf16 autocast, while the product alone
+    is bf16), so with it a bf16 group of attention-side PEs ran its linear layers in float32."""
+    y = F.linear(x, self.weight)
+    return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
 def template_model(model: PETransformer) -> PETransformer:
-    """A copy of ``model`` whose attention layers use `_math_attention` (used only for functional_call)."""
+    """A copy of ``model`` for functional_call under vmap: attention layers use `_math_attention`, linear
+    layers `_linear_bias_after`."""
     base = copy.deepcopy(model)
     for block in base.blocks:
         block.attn.forward = types.MethodType(_math_attention, block.attn)
+    for m in base.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.forward = types.MethodType(_linear_bias_after, m)
     return base
 
 

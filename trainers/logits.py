@@ -6,9 +6,8 @@ too. Two ways to get float32 logits from the bf16 q and k of an autocast step:
 
 - upcast q and k and take a float32 product (`float32_logits`), whose backward multiplies the logits'
   float32 gradient in float32 too; but on a GPU at the study's 16 tokens cuBLAS runs that batch of 38,400
-  tiny float32 products at 7 TFLOP/s (H200, third lease), and in a compiled CPU group step its two
-  backward float32 products took ~0.6 ms each per layer (d_model 64, K = 4, one thread), the bf16 ones
-  beside them ~0.22 ms;
+  tiny float32 products at 7 TFLOP/s (H200, third lease), and on the CPU its two float32 backward
+  products are slower than bf16 ones of the same shape;
 - `HalfLogits`: a forward that writes float32 from the half-precision inputs (CUDA's
   ``torch.bmm(..., out_dtype=torch.float32)``, the same products summed in another order; the CPU has no
   such kernel and takes the float32 product of the upcast inputs, the very values of `float32_logits`),
@@ -16,8 +15,8 @@ too. Two ways to get float32 logits from the bf16 q and k of an autocast step:
   products, as the backward of a bf16 product under autocast does. The fourth GPU lease measured the
   compiled K = 300 bf16 step at 35.66 ms with the first and 33.13 ms with this one (1.076x;
   reports/benchmarks/gpu_session.md), the logits 1.7e-7 apart (relative norm) and the input gradients
-  2.6e-3 (the backward's one bf16 rounding). On the CPU the forward is unchanged and the step's A/B is in
-  reports/benchmarks/cpu-avx512/step-ab-half-logits/.
+  2.6e-3 (the backward's one bf16 rounding). On the CPU the forward is unchanged and the compiled bf16 group
+  step 1.036-1.038x faster with it (reports/benchmarks/cpu-avx512/step-ab-half-logits/).
 
 `logits_product` takes the second for bf16 inputs on CUDA (with the out_dtype kernel) and on the CPU, the
 first everywhere else (float32 training, fp16). On the CPU q and k are made contiguous first
@@ -35,8 +34,8 @@ HALF = (torch.bfloat16,)  # the dtype measured on a GPU; fp16 (which the trainer
 HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
 # Devices where `half_logits` makes q and k contiguous before its products. They are slices of the fused qkv
 # projection's output (rows 3 C apart), and ATen's CPU bmm copies such a strided bf16 operand into a
-# contiguous one inside every call that reads it: the backward's two products would each copy one (~0.35 ms
-# per product instead of ~0.22 in a compiled d_model 64, K = 4 group step, one thread). Made contiguous here,
+# contiguous one inside every call that reads it: the backward's two products would each copy one
+# (`tests/trainers/test_model.py` counts those copies). Made contiguous here,
 # it is a layout Inductor writes in the kernel that splits q, k and v, as for v
 # (`trainers.model.CONTIGUOUS_V_DEVICES`). cuBLAS takes strided batches as they are.
 CONTIGUOUS_OPERANDS_DEVICES = frozenset({"cpu"})
@@ -62,18 +61,37 @@ class HalfLogits(torch.autograd.Function):
     own backward (CUDA's out_dtype kernel has none: "derivative for aten::bmm is not implemented"). The
     backward rounds the incoming float32 gradient to the inputs' dtype and takes dq = g k and dk = g^T q in
     it, as a bf16 product under autocast does; the float32 product's backward would multiply in float32 and
-    round only the result."""
+    round only the result.
+
+    It runs under ``torch.func.vmap`` too (the ensemble's path for attention-side PEs): its vmap rule folds the
+    mapped dimension into the product's batch, one call for all models, where vmap's generic fallback would
+    loop over them (CUDA's out_dtype product has no batching rule of its own)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor) -> Tensor:
-        ctx.save_for_backward(q, k)
+    def forward(q: Tensor, k: Tensor) -> Tensor:
         return float32_out_bmm(q, k.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
         q, k = ctx.saved_tensors
         g = grad.to(q.dtype)
         return torch.bmm(g, k), torch.bmm(g.transpose(1, 2), q)
+
+    @staticmethod
+    def vmap(info, in_dims: tuple[int | None, int | None], q: Tensor, k: Tensor) -> tuple[Tensor, int]:
+        q, k = (_mapped_first(t, d, info.batch_size) for t, d in zip((q, k), in_dims))
+        V, N = q.shape[:2]
+        out = HalfLogits.apply(q.reshape(V * N, *q.shape[2:]), k.reshape(V * N, *k.shape[2:]))
+        return out.view(V, N, *out.shape[1:]), 0
+
+
+def _mapped_first(t: Tensor, dim: int | None, size: int) -> Tensor:
+    """A vmapped input with its mapped dimension first (broadcast to ``size`` if it has none)."""
+    return t.expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
 
 
 def half_logits(q: Tensor, k: Tensor) -> Tensor:

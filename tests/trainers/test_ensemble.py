@@ -766,3 +766,63 @@ def test_stacked_sgd_is_torch_sgd_on_each_member():
     opt = StackedOptimizer(stack, cfgs, torch.device("cpu"))
     solos = [torch.optim.SGD(m.parameters(), lr=lr, momentum=mo, weight_decay=wd) for m, (lr, wd, mo) in zip(models, hyper)]
     _assert_stack_steps_like_solos(stack, opt, models, solos)
+
+
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])  # compiling: ~30 s
+def test_attention_side_pe_groups_train_under_cpu_bf16(compile):
+    """Relative-PE members take the vmap path, whose bf16 attention logits go through
+    `trainers.logits.HalfLogits` (an autograd.Function: it needs its own vmap rule, without which vmap
+    refuses it). Under CPU bf16 autocast, eager and compiled, the group's losses and gradients match each
+    member's own (bf16 tolerance: another batching of the same bf16 products)."""
+    from trainers.ensemble import Stack, group_loss, template_model
+    from trainers.evaluate import bf16_autocast
+    from trainers.model import PETransformer
+    from trainers.train import compiled_step
+
+    cfgs = [tiny(seed=s, **{"pe.kind": "relative"}) for s in (0, 1)]
+    coords = torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)
+    models = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        models.append(PETransformer(c.model, c.pe, coords))
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16), generator=g), 5).float()
+    y = torch.randint(0, 4, (2, 8), generator=g)
+    stack = Stack.of(models)
+    autocast = bf16_autocast(torch.device("cpu"), True)
+    torch._dynamo.reset()
+    fn, _ = compiled_step(group_loss(template_model(models[0]), stack.buffers, autocast), torch.device("cpu"), compile)
+    losses = fn(stack.params, x, y)
+    grads = torch.autograd.grad(losses.sum(), list(stack.params.values()))
+    for i, m in enumerate(models):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = m(x[i]).float()
+        loss = torch.nn.functional.cross_entropy(logits, y[i])
+        torch.testing.assert_close(losses[i], loss, rtol=2e-2, atol=2e-2)
+        own = dict(zip([n for n, _ in m.named_parameters()], torch.autograd.grad(loss, list(m.parameters()))))
+        for name, gr in zip(stack.params, grads):
+            torch.testing.assert_close(gr[i].float(), own[name].float(), rtol=5e-2, atol=5e-2)
+
+
+def test_the_vmap_paths_linear_layers_follow_bf16_autocast():
+    """Under vmap, ``F.linear`` with a bias escapes CPU bf16 autocast (its output stays float32: the control
+    below), so the vmap path's template model adds the bias after the product (`_linear_bias_after`): bf16
+    under autocast, and in float32 the same values as ``nn.Linear`` up to rounding."""
+    from torch.func import functional_call, vmap
+
+    from trainers.ensemble import _linear_bias_after
+
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(6, 5)
+    params = {"weight": torch.randn(3, 5, 6, generator=g), "bias": torch.randn(3, 5, generator=g)}
+    x = torch.randn(3, 7, 6, generator=g)
+    patched = torch.nn.Linear(6, 5)
+    patched.forward = _linear_bias_after.__get__(patched)
+
+    def run(module):
+        return vmap(lambda p, xx: functional_call(module, p, (xx,)))(params, x)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert run(lin).dtype == torch.float32  # torch's behaviour this works around
+        assert run(patched).dtype == torch.bfloat16
+    torch.testing.assert_close(run(patched), run(lin), rtol=1e-6, atol=1e-6)

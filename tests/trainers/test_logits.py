@@ -139,3 +139,22 @@ def test_uses_half_logits_needs_bf16_on_both_inputs_and_on_cuda_the_kernel(monke
     monkeypatch.setattr(trainers.logits, "HAS_OUT_DTYPE_BMM", False)  # a torch without aten::bmm.dtype
     assert not uses_half_logits(t(cuda, bf16), t(cuda, bf16))
     assert uses_half_logits(t("cpu", bf16), t("cpu", bf16))  # the CPU's forward needs no such kernel
+
+
+def test_half_logits_under_vmap_equal_the_batched_call():
+    """`HalfLogits`' vmap rule (the ensemble's path for attention-side PEs): the logits and gradients of
+    vmap over the models equal one call over all of them, also with an input shared by every model."""
+    from torch.func import vmap
+
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(3, 4, 1, 5, 8, generator=g).bfloat16().requires_grad_()
+    k = torch.randn(3, 4, 1, 6, 8, generator=g).bfloat16().requires_grad_()
+    y = vmap(half_logits)(q, k)
+    w = torch.randn(y.shape, generator=g)
+    got = torch.autograd.grad((y * w).sum(), (q, k))
+    direct = half_logits(q, k)
+    want = torch.autograd.grad((direct * w).sum(), (q, k))
+    assert torch.equal(y, direct)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    shared = vmap(half_logits, in_dims=(0, None))(q, k[0])
+    assert shared.shape == (3, 4, 1, 5, 6) and torch.equal(shared[2], half_logits(q[2], k[0]))
