@@ -195,3 +195,22 @@ def test_bf16_attention_logits_on_the_gpu_are_one_product_written_in_float32():
         outs.append((y, *torch.autograd.grad((y * w).sum(), (q, k))))
     rel = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(*outs)]
     assert rel[0] < 1e-5 and max(rel[1:]) < 1e-2, rel
+
+
+def test_bf16_attention_logits_under_vmap_on_the_gpu_equal_the_batched_call():
+    """`HalfLogits`' vmap rule (the ensemble's path for attention-side PEs) on CUDA, where its forward is the
+    out_dtype product, which has no batching rule of its own: one call over all models, the same values and
+    gradients as calling it on the stacked batch directly."""
+    from torch.func import vmap
+
+    from trainers.logits import half_logits
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k = (torch.randn(3, 64, 1, 16, 32, device="cuda", generator=g).bfloat16().requires_grad_() for _ in range(2))
+    w = torch.randn(3, 64, 1, 16, 16, device="cuda", generator=g)
+    y = vmap(half_logits)(q, k)
+    direct = half_logits(q, k)
+    assert y.dtype == torch.float32 and torch.equal(y, direct)
+    got = torch.autograd.grad((y * w).sum(), (q, k))
+    want = torch.autograd.grad((direct * w).sum(), (q, k))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
