@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-bf16", action="store_true", help="skip the bf16 rows (default: where the device has bf16)")
     p.add_argument("--out", default=str(ROOT / "reports" / "benchmarks"))
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--float32-logits", action="store_true",
+                   help="the attention logits' float32 product with its float32 backward, not the trainers' "
+                        "HalfLogits (step_experiments.py's flag: run once with and once without it to compare "
+                        "the bf16 rows, each against its own run's float32 eager baseline)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -114,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.memory import keep_freed_memory
 
     keep_freed_memory()  # as the trainer runs (`trainers.memory`)
+    if args.float32_logits:
+        from step_experiments import EXPERIMENTS
+
+        EXPERIMENTS["float32_logits"][1]()
     bf16 = (device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
     cases = [(t, pr) for t in args.tasks.split(",") for pr in args.presets.split(",")]
     plan = [(t, pr, name, kw) for t, pr in cases for name, kw in configs(device, bf16, not args.no_compile)]
@@ -157,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+EXPERIMENTS_NOTE = ("--float32-logits, the attention logits as the float32 product of the upcast q and k with its "
+                    "float32 backward, not the trainers' `HalfLogits` (float32 logits, a bf16 backward); float32 "
+                    "rows are unaffected")
+
+
 def report(rows: list[dict], device: torch.device, loads: list[float], args, argv, windows: dict) -> str:
     head = ["task", "preset", "config", "windows/s", "worst round", "x eager", "x eager (paired)", "paper run (h)"]
     lines = [
@@ -166,6 +179,7 @@ def report(rows: list[dict], device: torch.device, loads: list[float], args, arg
         + "It times " + (__doc__.split("What it times: ", 1)[1].strip().replace("\n", " ")),
         f"Device: {device.type}; machine: {machine(device)}.",
         f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f}.",
+        *([f"Experiment: {EXPERIMENTS_NOTE}."] if getattr(args, "float32_logits", False) else []),
         "",
         "| " + " | ".join(head) + " |",
         "| --- | --- | --- | " + " | ".join("---:" for _ in head[3:]) + " |",

@@ -1,10 +1,14 @@
 """A/B of the compiled CPU ensemble step: the trainers' step against the same step with experiment flags
 (`step_experiments.EXPERIMENTS`), interleaved over rounds, each variant run as the CPU benchmark runs an
 ensemble of 8: one group of --k members per one-thread process, --side-by-side such processes at once.
+With --task netsim or brain each process times the masked trainer's compiled bf16 step of that task's paper
+model instead (`bench_masked.make_step`).
 
 Usage:
   python analyses/benchmarks/step_ab.py --variants plain,inductor_gelu,inductor_gelu+copying_adamw \
       --rounds 4 --out reports/benchmarks/cpu-avx512/step-ab
+  python analyses/benchmarks/step_ab.py --task brain --variants plain,float32_logits --rounds 3 \
+      --windows 4 --steps 3 --out reports/benchmarks/cpu-avx512/step-ab-half-logits-brain
 
 A variant is ``plain`` (the trainers as they are) or experiment names joined by ``+``. Every round runs each
 variant once, in a shuffled order (seeded), each run its own processes: compile, --warmup steps, then
@@ -46,8 +50,25 @@ def parse_variant(variant: str) -> list[str]:
     return names
 
 
-def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int) -> dict:
-    """Time one compiled bf16 group step of k members under ``variant``'s patches (this process, one thread)."""
+TASKS = ("lst", "netsim", "brain")
+
+
+def build_step(task: str, d: int, k: int):
+    """The compiled bf16 step a worker times: the LST ensemble's group step of k members at d_model d, or the
+    masked trainer's step of the netsim / brain paper model (`bench_masked.make_step`; d and k unused)."""
+    import torch
+
+    if task == "lst":
+        import bench_train
+
+        return bench_train._group_step(d, torch.device("cpu"), list(range(k)), bf16=True, compile=True)
+    import bench_masked
+
+    return bench_masked.make_step(task, "paper", torch.device("cpu"), bf16=True, compile=True)[0]
+
+
+def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int, task: str = "lst") -> dict:
+    """Time one compiled bf16 step (`build_step`) under ``variant``'s patches (this process, one thread)."""
     import torch
 
     torch.set_num_threads(1)
@@ -56,9 +77,7 @@ def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int) 
     keep_freed_memory()
     for name in parse_variant(variant):
         EXPERIMENTS[name][1]()
-    import bench_train
-
-    step = bench_train._group_step(d, torch.device("cpu"), list(range(k)), bf16=True, compile=True)
+    step = build_step(task, d, k)
     for i in range(warmup):
         step(i)
     ms = []
@@ -72,7 +91,7 @@ def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int) 
 
 def run_round(variant: str, args) -> list[dict]:
     """--side-by-side worker processes of one variant at once; their results."""
-    cmd = [sys.executable, str(HERE), "--worker", variant, "--d-model", str(args.d_model), "--k", str(args.k),
+    cmd = [sys.executable, str(HERE), "--worker", variant, "--task", args.task, "--d-model", str(args.d_model), "--k", str(args.k),
            "--warmup", str(args.warmup), "--windows", str(args.windows), "--steps", str(args.steps)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(args.side_by_side)]
     out = []
@@ -100,12 +119,15 @@ def summary(rows: list[dict], variants: list[str]) -> list[dict]:
 def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
     import torch
 
+    task = getattr(args, "task", "lst")
+    what = (f"one group of K = {args.k} at d_model {args.d_model}" if task == "lst"
+            else f"the masked trainer's step of the {task} paper model")
     lines = [
-        "# A/B of the compiled CPU ensemble step",
+        "# A/B of the compiled CPU ensemble step" if task == "lst" else f"# A/B of the compiled CPU masked step ({task})",
         "",
         f"Written by `{command_line('step_ab.py', argv)}` (raw numbers: `step_ab.csv`).",
-        f"Machine: {machine(torch.device('cpu'))} (the parent process; each worker runs 1 torch thread). Each variant: {args.side_by_side} one-thread processes side by side, one group of "
-        f"K = {args.k} at d_model {args.d_model}, bf16 autocast, torch.compile; {args.warmup} warm-up steps, then "
+        f"Machine: {machine(torch.device('cpu'))} (the parent process; each worker runs 1 torch thread). Each variant: {args.side_by_side} one-thread processes side by side, "
+        f"{what}, bf16 autocast, torch.compile; {args.warmup} warm-up steps, then "
         f"{args.windows} windows of {args.steps} steps; {args.rounds} rounds, variants shuffled in each. "
         "ms per step per process (lower is faster); `vs first` > 1 means slower than the first variant.",
         "",
@@ -128,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma list of variants, the first the reference: plain or experiment names joined by + "
                         f"({', '.join(EXPERIMENTS)})")
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--task", default="lst", choices=TASKS,
+                   help="lst: the LST ensemble group step (default); netsim / brain: the masked trainer's paper-model step")
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--k", type=int, default=4, help="members per process (the ensemble of 8 on 2 cores: 4)")
     p.add_argument("--side-by-side", type=int, default=2, help="processes at once (default 2, one per core here)")
@@ -139,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
-        print(json.dumps(worker(args.worker, args.d_model, args.k, args.warmup, args.windows, args.steps)))
+        print(json.dumps(worker(args.worker, args.d_model, args.k, args.warmup, args.windows, args.steps, args.task)))
         return 0
     variants = args.variants.split(",")
     try:

@@ -508,6 +508,25 @@ def test_bench_masked_times_the_trainers_step_per_task_preset_and_speed_option(t
     assert "(raw numbers: `masked_cuda.csv`)" in cuda  # the file a GPU run writes (it named masked.csv)
 
 
+def test_bench_masked_float32_logits_flag_patches_the_product_and_says_so(tmp_path, monkeypatch):
+    """--float32-logits runs the bf16 rows with the float32 logits product (the A/B of `HalfLogits` on the
+    masked models) and the report names the experiment; without it the trainers' product stays."""
+    import bench_masked
+
+    import trainers.logits
+    import trainers.model
+
+    monkeypatch.setattr(trainers.model, "logits_product", trainers.model.logits_product)  # restored afterwards
+    argv = ["--tasks", "netsim", "--presets", "quick", "--steps", "1", "--warmup", "1", "--rounds", "1",
+            "--no-compile", "--no-bf16", "--out", str(tmp_path)]
+    assert bench_masked.main(argv) == 0
+    assert trainers.model.logits_product is trainers.logits.logits_product
+    assert "Experiment:" not in (tmp_path / "masked.md").read_text()
+    assert bench_masked.main(argv + ["--float32-logits"]) == 0
+    assert trainers.model.logits_product is trainers.logits.float32_logits
+    assert "Experiment: --float32-logits" in (tmp_path / "masked.md").read_text()
+
+
 def test_bench_masked_projects_a_paper_run_from_the_paper_config():
     import bench_masked
 
@@ -709,6 +728,25 @@ def test_step_ab_reads_variants_and_summarises_against_the_first(tmp_path):
     assert [r["median_median_ms"] for r in table] == [87.0, 96.0]
     assert table[0]["fastest_vs_first"] == 1.0 and table[1]["fastest_vs_first"] == round(91 / 81, 3)
     assert table[1]["median_vs_first"] == round(96 / 87, 3) and table[1]["processes"] == 2
+
+
+def test_step_ab_times_the_masked_step_with_task_and_names_it(tmp_path):
+    """--task netsim / brain: the workers time the masked trainer's step (`build_step` builds it from
+    `bench_masked.make_step`) and the report says which; an unknown task is refused (exit 2)."""
+    import argparse
+
+    import step_ab
+
+    with pytest.raises(SystemExit) as e:
+        step_ab.main(["--task", "lstm", "--out", str(tmp_path / "ab")])
+    assert e.value.code == 2 and not (tmp_path / "ab").exists()
+    args = argparse.Namespace(task="brain", side_by_side=2, k=4, d_model=64, warmup=1, windows=1, steps=1, rounds=1)
+    rows = [{"variant": "plain", "fastest_ms": 1.0, "median_ms": 1.0}]
+    text = step_ab.report(rows, ["plain"], args, ["--task", "brain"])
+    assert text.startswith("# A/B of the compiled CPU masked step (brain)")
+    assert "the masked trainer's step of the brain paper model" in text and "K = 4" not in text
+    args.task = "lst"
+    assert "one group of K = 4 at d_model 64" in step_ab.report(rows, ["plain"], args, [])
 
 
 def test_bench_gelu_times_both_kernels_in_both_directions(tmp_path):
