@@ -56,7 +56,9 @@ def _backward(ctx, grad: Tensor) -> Tensor:
 aten_gelu.register_autograd(_backward, setup_context=_save_input)
 
 
-def _batched_first(t: Tensor, dim: int | None, size: int) -> Tensor:
+def mapped_first(t: Tensor, dim: int | None, size: int) -> Tensor:
+    """A vmapped input with its mapped dimension first (broadcast to ``size`` if it has none): for the vmap
+    rules of custom operators (here, and `trainers.logits.HalfLogits`)."""
     return t.expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
 
 
@@ -68,7 +70,7 @@ def _aten_gelu_vmap(info, in_dims: tuple[int | None], x: Tensor) -> tuple[Tensor
 @aten_gelu_backward.register_vmap
 def _aten_gelu_backward_vmap(info, in_dims: tuple[int | None, int | None], grad: Tensor,
                              x: Tensor) -> tuple[Tensor, int]:
-    grad, x = _batched_first(grad, in_dims[0], info.batch_size), _batched_first(x, in_dims[1], info.batch_size)
+    grad, x = mapped_first(grad, in_dims[0], info.batch_size), mapped_first(x, in_dims[1], info.batch_size)
     return aten_gelu_backward(grad, x), 0
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from trainers.gelu import mapped_first
+
 HALF = (torch.bfloat16,)  # the dtype measured on a GPU; fp16 (which the trainers never use) keeps the float32 product
 # torch.bmm(..., out_dtype=...) is the overload aten::bmm.dtype, which older torch releases lack; looked up once here,
 # not inside compiled steps
@@ -83,15 +85,10 @@ class HalfLogits(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims: tuple[int | None, int | None], q: Tensor, k: Tensor) -> tuple[Tensor, int]:
-        q, k = (_mapped_first(t, d, info.batch_size) for t, d in zip((q, k), in_dims))
+        q, k = (mapped_first(t, d, info.batch_size) for t, d in zip((q, k), in_dims))
         V, N = q.shape[:2]
         out = HalfLogits.apply(q.reshape(V * N, *q.shape[2:]), k.reshape(V * N, *k.shape[2:]))
         return out.view(V, N, *out.shape[1:]), 0
-
-
-def _mapped_first(t: Tensor, dim: int | None, size: int) -> Tensor:
-    """A vmapped input with its mapped dimension first (broadcast to ``size`` if it has none)."""
-    return t.expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
 
 
 def half_logits(q: Tensor, k: Tensor) -> Tensor:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_io beside this
 
 import torch  # noqa: E402
 from bench_io import command_line, device_suffix, load, machine, timed, write_results  # noqa: E402
+from step_experiments import EXPERIMENTS  # noqa: E402
 
 TASK_SHAPES = {"netsim": (64, 2), "brain": (80, 3)}  # tokens, coordinate dimensions (the window is the config's)
 N_DATA = 4096  # random windows to draw batches from
@@ -119,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
     keep_freed_memory()  # as the trainer runs (`trainers.memory`)
     if args.float32_logits:
-        from step_experiments import EXPERIMENTS
-
         EXPERIMENTS["float32_logits"][1]()
     bf16 = (device.type == "cuda" or cpu_has_bf16()) and not args.no_bf16
     cases = [(t, pr) for t in args.tasks.split(",") for pr in args.presets.split(",")]
@@ -165,11 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-EXPERIMENTS_NOTE = ("--float32-logits, the attention logits as the float32 product of the upcast q and k with its "
-                    "float32 backward, not the trainers' `HalfLogits` (float32 logits, a bf16 backward); float32 "
-                    "rows are unaffected")
-
-
 def report(rows: list[dict], device: torch.device, loads: list[float], args, argv, windows: dict) -> str:
     head = ["task", "preset", "config", "windows/s", "worst round", "x eager", "x eager (paired)", "paper run (h)"]
     lines = [
@@ -179,7 +173,8 @@ def report(rows: list[dict], device: torch.device, loads: list[float], args, arg
         + "It times " + (__doc__.split("What it times: ", 1)[1].strip().replace("\n", " ")),
         f"Device: {device.type}; machine: {machine(device)}.",
         f"Load average (1 min) during the run: {min(loads):.2f} .. {max(loads):.2f}.",
-        *([f"Experiment: {EXPERIMENTS_NOTE}."] if getattr(args, "float32_logits", False) else []),
+        *([f"Experiment: --float32-logits, {EXPERIMENTS['float32_logits'][2]}; float32 rows are unaffected."]
+          if getattr(args, "float32_logits", False) else []),
         "",
         "| " + " | ".join(head) + " |",
         "| --- | --- | --- | " + " | ".join("---:" for _ in head[3:]) + " |",
