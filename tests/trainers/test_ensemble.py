@@ -769,11 +769,13 @@ def test_stacked_sgd_is_torch_sgd_on_each_member():
 
 
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])  # compiling: ~30 s
-def test_attention_side_pe_groups_train_under_cpu_bf16(compile):
+def test_attention_side_pe_groups_train_under_cpu_bf16(compile, monkeypatch):
     """Relative-PE members take the vmap path, whose bf16 attention logits go through
     `trainers.logits.HalfLogits` (an autograd.Function: it needs its own vmap rule, without which vmap
     refuses it). Under CPU bf16 autocast, eager and compiled, the group's losses and gradients match each
-    member's own (bf16 tolerance: another batching of the same bf16 products)."""
+    member's own (bf16 tolerance: another batching of the same bf16 products). A CPU without native bf16
+    computes bf16 too, only slower (which is why `bf16_autocast` refuses it): so the check runs there as well."""
+    import trainers.evaluate
     from trainers.ensemble import Stack, group_loss, template_model
     from trainers.evaluate import bf16_autocast
     from trainers.model import PETransformer
@@ -789,6 +791,7 @@ def test_attention_side_pe_groups_train_under_cpu_bf16(compile):
     x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16), generator=g), 5).float()
     y = torch.randint(0, 4, (2, 8), generator=g)
     stack = Stack.of(models)
+    monkeypatch.setattr(trainers.evaluate, "cpu_has_bf16", lambda: True)
     autocast = bf16_autocast(torch.device("cpu"), True)
     torch._dynamo.reset()
     fn, _ = compiled_step(group_loss(template_model(models[0]), stack.buffers, autocast), torch.device("cpu"), compile)
