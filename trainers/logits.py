@@ -43,10 +43,25 @@ HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
 CONTIGUOUS_OPERANDS_DEVICES = frozenset({"cpu"})
 
 
+def flat_bmm(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for (..., n, m) @ (..., m, p) with the same leading dimensions, as one ``torch.bmm`` over them
+    flattened: the products `torch.matmul` would run, written as 3-d batches.
+
+    Why not ``a @ b``: Inductor's attention-fusion pass (``torch._inductor.fx_passes.fuse_attention``) matches
+    a 4-d matmul-softmax-matmul chain and swaps in the fused SDPA kernel, which on the CPU is slower than the
+    two products and a softmax at the study's 16 tokens: ``attend`` picks the matmul path there for that
+    reason, and in a compiled float32 CPU step the pass undid that choice (the flash kernel's forward and
+    backward took 11.0 ms a step against 2.8 ms for the products, AVX2, 2 threads; the test
+    ``test_compiled_cpu_step_keeps_the_matmul_attention`` checks that the pass finds nothing to rewrite)."""
+    *lead, n, m = a.shape
+    out = torch.bmm(a.reshape(-1, n, m), b.reshape(-1, m, b.shape[-1]))
+    return out.view(*lead, n, b.shape[-1])
+
+
 def float32_logits(q: Tensor, k: Tensor) -> Tensor:
-    """q k^T in float32, or in q's dtype if wider: the inputs upcast, then one product."""
+    """q k^T in float32, or in q's dtype if wider: the inputs upcast, then one product (`flat_bmm`)."""
     dtype = torch.promote_types(q.dtype, torch.float32)
-    return q.to(dtype) @ k.to(dtype).transpose(-2, -1)
+    return flat_bmm(q.to(dtype), k.to(dtype).transpose(-2, -1))
 
 
 def float32_out_bmm(a: Tensor, b: Tensor) -> Tensor:

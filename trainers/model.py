@@ -22,7 +22,7 @@ from torch import Tensor
 
 from trainers.config import ModelConfig, PEConfig
 from trainers.gelu import gelu
-from trainers.logits import logits_product
+from trainers.logits import flat_bmm, logits_product
 from trainers.pe import PESpec, PositionalEncoding, build_pe, pe_class
 
 
@@ -94,7 +94,8 @@ def matmul_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None =
     w = attention_weights(q, k, attn_mask)
     if v.device.type in CONTIGUOUS_V_DEVICES and v.dtype == torch.bfloat16:
         v = v.contiguous()
-    return F.dropout(w, dropout_p).type_as(v) @ v if dropout_p > 0 else w.type_as(v) @ v
+    w = F.dropout(w, dropout_p) if dropout_p > 0 else w
+    return flat_bmm(w.type_as(v), v)  # 3-d batches, which Inductor does not swap for the fused kernel (`flat_bmm`)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:

@@ -392,3 +392,35 @@ def test_cpu_attention_hands_its_products_contiguous_operands():
         assert contiguous0 == ["aten::bmm"] * 4  # v in two products, q and k in the logits' backward
     assert torch.equal(y, y0) and torch.equal(grad, grad0)
     assert run(torch.float32)[2] == []
+
+
+def test_compiled_cpu_step_keeps_the_matmul_attention():
+    """Inductor's attention-fusion pass swaps a 4-d matmul-softmax-matmul chain for the fused SDPA kernel,
+    slower on the CPU at these sizes, which is why `attend` takes the matmul path there. `attend`'s products
+    are 3-d batches (`trainers.logits.flat_bmm`), which the pass leaves alone, forward and backward; the
+    control, the same maths with 4-d ``@``, is rewritten, so the pass is live in this torch and the check
+    means something. Both compute the same values."""
+    from torch._dynamo.utils import counters
+
+    from trainers.model import attend
+
+    def chain_4d(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+    def compiled(fn):
+        counters.clear()
+        torch._dynamo.reset()
+        q, k, v = _qkv(16, 16)
+        # compiled afresh: a graph from Inductor's caches would skip the passes and count nothing
+        with torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            out = torch.compile(fn)(q, k, v)
+            grads = torch.autograd.grad(out.sum(), (q, k, v))
+        return counters["inductor"]["fuse_attention"], out, grads
+
+    rewritten, ref, ref_grads = compiled(chain_4d)
+    kept, ours, our_grads = compiled(attend)
+    assert rewritten > 0 and kept == 0
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
