@@ -50,9 +50,10 @@ def flat_bmm(a: Tensor, b: Tensor) -> Tensor:
     Why not ``a @ b``: Inductor's attention-fusion pass (``torch._inductor.fx_passes.fuse_attention``) matches
     a 4-d matmul-softmax-matmul chain and swaps in the fused SDPA kernel, which on the CPU is slower than the
     two products and a softmax at the study's 16 tokens: ``attend`` picks the matmul path there for that
-    reason, and in a compiled float32 CPU step the pass undid that choice (the flash kernel's forward and
-    backward took 11.0 ms a step against 2.8 ms for the products, AVX2, 2 threads; the test
-    ``test_compiled_cpu_step_keeps_the_matmul_attention`` checks that the pass finds nothing to rewrite)."""
+    reason, and in compiled float32 CPU steps the pass undid that choice. With 4-d products the compiled
+    float32 single-model step on two threads was 1.30x and 1.23x slower (AVX2, two A/B runs of 4 rounds,
+    reports/benchmarks/cpu-avx2-r3/step-ab-single*); one-thread steps showed no consistent difference. The test
+    ``test_compiled_cpu_step_keeps_the_matmul_attention`` checks that the pass finds nothing to rewrite."""
     *lead, n, m = a.shape
     out = torch.bmm(a.reshape(-1, n, m), b.reshape(-1, m, b.shape[-1]))
     return out.view(*lead, n, b.shape[-1])

@@ -1,14 +1,19 @@
-"""A/B of the compiled CPU ensemble step: the trainers' step against the same step with experiment flags
-(`step_experiments.EXPERIMENTS`), interleaved over rounds, each variant run as the CPU benchmark runs an
-ensemble of 8: one group of --k members per one-thread process, --side-by-side such processes at once.
+"""A/B of a compiled CPU training step (by default the ensemble group's): the trainers' step against the
+same step with experiment flags (`step_experiments.EXPERIMENTS`), interleaved over rounds, each variant run
+as the CPU benchmark runs an ensemble of 8: one group of --k members per one-thread process, --side-by-side
+such processes at once.
 With --task netsim or brain each process times the masked trainer's compiled bf16 step of that task's paper
-model instead (`bench_masked.make_step`).
+model instead (`bench_masked.make_step`); with --single, the single-model trainer's compiled step
+(`bench_train._single_step`, d_model --d-model), in processes of --threads threads. --float32 times the
+float32 step (no bf16 autocast), the precision of a CPU without native bf16 (AVX2).
 
 Usage:
   python analyses/benchmarks/step_ab.py --variants plain,inductor_gelu,inductor_gelu+copying_adamw \
       --rounds 4 --out reports/benchmarks/cpu-avx512/step-ab
   python analyses/benchmarks/step_ab.py --task brain --variants plain,float32_logits --rounds 3 \
       --windows 4 --steps 3 --out reports/benchmarks/cpu-avx512/step-ab-half-logits-brain
+  python analyses/benchmarks/step_ab.py --float32 --single --threads 2 --side-by-side 1 \
+      --variants plain,four_d_attention_products --rounds 4 --out reports/benchmarks/cpu-avx2-r3/step-ab-single
 
 A variant is ``plain`` (the trainers as they are) or experiment names joined by ``+``. Every round runs each
 variant once, in a shuffled order (seeded), each run its own processes: compile, --warmup steps, then
@@ -53,31 +58,35 @@ def parse_variant(variant: str) -> list[str]:
 TASKS = ("lst", "netsim", "brain")
 
 
-def build_step(task: str, d: int, k: int):
-    """The compiled bf16 step a worker times: the LST ensemble's group step of k members at d_model d, or the
-    masked trainer's step of the netsim / brain paper model (`bench_masked.make_step`; d and k unused)."""
+def build_step(task: str, d: int, k: int, bf16: bool = True, single: bool = False):
+    """The compiled step a worker times (bf16 autocast unless ``bf16`` is False): the LST ensemble's group
+    step of k members at d_model d (or with ``single`` the single-model trainer's step), or the masked
+    trainer's step of the netsim / brain paper model (`bench_masked.make_step`; d and k unused)."""
     import torch
 
     if task == "lst":
         import bench_train
 
-        return bench_train._group_step(d, torch.device("cpu"), list(range(k)), bf16=True, compile=True)
+        if single:
+            return bench_train._single_step(d, torch.device("cpu"), nosync=True, compile=True, bf16=bf16)
+        return bench_train._group_step(d, torch.device("cpu"), list(range(k)), bf16=bf16, compile=True)
     import bench_masked
 
-    return bench_masked.make_step(task, "paper", torch.device("cpu"), bf16=True, compile=True)[0]
+    return bench_masked.make_step(task, "paper", torch.device("cpu"), bf16=bf16, compile=True)[0]
 
 
-def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int, task: str = "lst") -> dict:
-    """Time one compiled bf16 step (`build_step`) under ``variant``'s patches (this process, one thread)."""
+def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int, task: str = "lst",
+           bf16: bool = True, single: bool = False, threads: int = 1) -> dict:
+    """Time one compiled step (`build_step`) under ``variant``'s patches (this process, ``threads`` threads)."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     from trainers.memory import keep_freed_memory
 
     keep_freed_memory()
     for name in parse_variant(variant):
         EXPERIMENTS[name][1]()
-    step = build_step(task, d, k)
+    step = build_step(task, d, k, bf16=bf16, single=single)
     for i in range(warmup):
         step(i)
     ms = []
@@ -92,7 +101,8 @@ def worker(variant: str, d: int, k: int, warmup: int, windows: int, steps: int, 
 def run_round(variant: str, args) -> list[dict]:
     """--side-by-side worker processes of one variant at once; their results."""
     cmd = [sys.executable, str(HERE), "--worker", variant, "--task", args.task, "--d-model", str(args.d_model), "--k", str(args.k),
-           "--warmup", str(args.warmup), "--windows", str(args.windows), "--steps", str(args.steps)]
+           "--warmup", str(args.warmup), "--windows", str(args.windows), "--steps", str(args.steps),
+           "--threads", str(args.threads)] + ["--float32"] * args.float32 + ["--single"] * args.single
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(args.side_by_side)]
     out = []
     for p in procs:
@@ -120,14 +130,20 @@ def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
     import torch
 
     task = getattr(args, "task", "lst")
-    what = (f"one group of K = {args.k} at d_model {args.d_model}" if task == "lst"
+    single, threads = getattr(args, "single", False), getattr(args, "threads", 1)
+    what = (f"the single-model trainer's step at d_model {args.d_model}" if task == "lst" and single
+            else f"one group of K = {args.k} at d_model {args.d_model}" if task == "lst"
             else f"the masked trainer's step of the {task} paper model")
+    precision = "float32" if getattr(args, "float32", False) else "bf16 autocast"
     lines = [
-        "# A/B of the compiled CPU ensemble step" if task == "lst" else f"# A/B of the compiled CPU masked step ({task})",
+        ("# A/B of the compiled CPU single-model step" if single else "# A/B of the compiled CPU ensemble step")
+        if task == "lst" else f"# A/B of the compiled CPU masked step ({task})",
         "",
         f"Written by `{command_line('step_ab.py', argv)}` (raw numbers: `step_ab.csv`).",
-        f"Machine: {machine(torch.device('cpu'))} (the parent process; each worker runs 1 torch thread). Each variant: {args.side_by_side} one-thread processes side by side, "
-        f"{what}, bf16 autocast, torch.compile; {args.warmup} warm-up steps, then "
+        f"Machine: {machine(torch.device('cpu'))} (the parent process; each worker runs {threads} torch "
+        f"thread{'s' * (threads > 1)}). Each variant: {args.side_by_side} {threads}-thread process"
+        f"{'es side by side' if args.side_by_side > 1 else ''}, "
+        f"{what}, {precision}, torch.compile; {args.warmup} warm-up steps, then "
         f"{args.windows} windows of {args.steps} steps; {args.rounds} rounds, variants shuffled in each. "
         "ms per step per process (lower is faster); `vs first` > 1 means slower than the first variant.",
         "",
@@ -155,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--k", type=int, default=4, help="members per process (the ensemble of 8 on 2 cores: 4)")
     p.add_argument("--side-by-side", type=int, default=2, help="processes at once (default 2, one per core here)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    p.add_argument("--float32", action="store_true", help="time the float32 step (default: bf16 autocast)")
+    p.add_argument("--single", action="store_true",
+                   help="lst: the single-model trainer's step instead of an ensemble group (--k unused)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=6)
     p.add_argument("--steps", type=int, default=8, help="steps per timed window")
@@ -163,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
-        print(json.dumps(worker(args.worker, args.d_model, args.k, args.warmup, args.windows, args.steps, args.task)))
+        print(json.dumps(worker(args.worker, args.d_model, args.k, args.warmup, args.windows, args.steps, args.task,
+                                bf16=not args.float32, single=args.single, threads=args.threads)))
         return 0
     variants = args.variants.split(",")
     try:
@@ -171,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             parse_variant(v)
     except ValueError as e:
         p.error(str(e))
-    if min(args.rounds, args.k, args.side_by_side, args.windows, args.steps) < 1 or args.warmup < 0:
-        p.error("--rounds, --k, --side-by-side, --windows and --steps must be >= 1, --warmup >= 0")
+    if min(args.rounds, args.k, args.side_by_side, args.windows, args.steps, args.threads) < 1 or args.warmup < 0:
+        p.error("--rounds, --k, --side-by-side, --threads, --windows and --steps must be >= 1, --warmup >= 0")
+    if args.single and args.task != "lst":
+        p.error("--single times the LST single-model step: use it with --task lst")
     rng = random.Random(args.seed)
     rows = []
     for r in range(1, args.rounds + 1):

@@ -6,7 +6,7 @@ None of them is the trainers' arithmetic or code path until a lease has measured
 product of `trainers.logits` after the fourth, and ATen's GELU kernels of `trainers.gelu` after CPU
 timings). Each either keeps the step's maths (another summation order at most: --packed-attention,
 --contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode; another
-rounding of the GELU: --inductor-gelu; the same update: --copying-adamw, --per-step-slices; the same products: --strided-v) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
+rounding of the GELU: --inductor-gelu; the same update: --copying-adamw, --per-step-slices; the same products: --strided-v, --four-d-attention-products) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
 logits' gradient in float32 where the trainers' CUDA product rounds it to bf16). The patches last for the
 process: `profile_step.main` applies them before it builds a step.
 """
@@ -206,6 +206,16 @@ def _strided_v() -> None:
     trainers.model.CONTIGUOUS_V_DEVICES = frozenset()
 
 
+def _four_d_attention_products() -> None:
+    """The attention's two products as 4-d ``@`` (an experiment flag): the trainers' form until
+    `trainers.logits.flat_bmm`, which Inductor's attention-fusion pass rewrites into the fused SDPA kernel
+    in compiled float32 steps."""
+    import trainers.logits
+    import trainers.model
+
+    trainers.logits.flat_bmm = trainers.model.flat_bmm = lambda a, b: a @ b
+
+
 def _inductor_gelu() -> None:
     """The MLP's GELU as plain ``F.gelu`` in compiled CPU steps too, so Inductor generates its kernels (an
     experiment flag): the trainers' form until `trainers.gelu` ran ATen's kernels there instead."""
@@ -254,6 +264,10 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                   "the attention's v left as the strided slice of the qkv output on the CPU, as before "
                   "`trainers.model.CONTIGUOUS_V_DEVICES` (ATen's CPU bmm then copies it inside the forward's "
                   "product and, transposed, the backward's)"),
+    "four_d_attention_products": ("+4d-attn-products", _four_d_attention_products,
+                                  "the attention's two products as 4-d `@`, as before `trainers.logits.flat_bmm`: "
+                                  "in compiled float32 steps Inductor's attention-fusion pass then swaps the "
+                                  "matmul-softmax chain for the fused SDPA kernel"),
     "coordinate_descent": ("+coord-descent", _coordinate_descent,
                            "Inductor's coordinate-descent tuning of its generated kernels' block sizes and warps "
                            "(torch._inductor.config.coordinate_descent_tuning) for the compiled configurations"),

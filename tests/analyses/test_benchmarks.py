@@ -781,3 +781,59 @@ def test_bench_optimizer_times_both_forms_and_checks_they_agree(tmp_path):
     with pytest.raises(SystemExit) as e:
         bench_optimizer.main(["--steps", "0", "--out", str(tmp_path / "bad")])
     assert e.value.code == 2 and not (tmp_path / "bad").exists()
+
+
+def test_step_ab_single_and_float32_options_reach_the_worker_and_the_report(tmp_path, monkeypatch):
+    """--single / --float32 / --threads travel to each worker's command line and name the step in the report;
+    --single with a masked task and --threads 0 are refused (exit 2) before anything is written."""
+    import argparse
+
+    import step_ab
+
+    for bad in (["--single", "--task", "netsim"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as e:
+            step_ab.main(bad + ["--out", str(tmp_path / "ab")])
+        assert e.value.code == 2 and not (tmp_path / "ab").exists()
+    seen = []
+
+    class FakeProcess:
+        returncode = 0
+
+        def __init__(self, cmd, **_):
+            seen.append(cmd)
+
+        def communicate(self):
+            return '{"fastest_ms": 1.0, "median_ms": 1.0}\n', None
+
+    monkeypatch.setattr(step_ab.subprocess, "Popen", FakeProcess)
+    args = argparse.Namespace(task="lst", side_by_side=1, k=4, d_model=64, warmup=1, windows=1, steps=1, rounds=1,
+                              threads=2, float32=True, single=True)
+    assert step_ab.run_round("plain", args) == [{"fastest_ms": 1.0, "median_ms": 1.0}]
+    cmd = seen[0]
+    assert cmd[cmd.index("--threads") + 1] == "2" and "--float32" in cmd and "--single" in cmd
+    text = step_ab.report([{"variant": "plain", "fastest_ms": 1.0, "median_ms": 1.0}], ["plain"], args, [])
+    assert text.startswith("# A/B of the compiled CPU single-model step")
+    assert "the single-model trainer's step at d_model 64, float32, torch.compile" in text
+    assert "each worker runs 2 torch threads" in text and "K = 4" not in text
+    args.single, args.float32, args.threads = False, False, 1
+    assert "one group of K = 4 at d_model 64, bf16 autocast" in step_ab.report(
+        [{"variant": "plain", "fastest_ms": 1.0, "median_ms": 1.0}], ["plain"], args, [])
+
+
+def test_four_d_products_experiment_restores_the_4d_products_with_the_same_attention(monkeypatch):
+    """--four-d-attention-products puts 4-d ``@`` back in both modules that call `flat_bmm` (what Inductor's
+    attention-fusion pass matches); the attention's output is the same either way."""
+    import step_experiments as ex
+
+    import trainers.logits
+    import trainers.model
+
+    monkeypatch.setattr(trainers.logits, "flat_bmm", trainers.logits.flat_bmm)
+    monkeypatch.setattr(trainers.model, "flat_bmm", trainers.model.flat_bmm)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 16, 8, generator=g) for _ in range(3))
+    ref = trainers.model.matmul_attention(q, k, v)
+    ex.EXPERIMENTS["four_d_attention_products"][1]()
+    assert trainers.logits.flat_bmm is trainers.model.flat_bmm
+    assert trainers.model.flat_bmm.__name__ == "<lambda>"
+    torch.testing.assert_close(trainers.model.matmul_attention(q, k, v), ref)

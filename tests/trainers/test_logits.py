@@ -5,7 +5,7 @@ over the upcast inputs)."""
 import pytest
 import torch
 
-from trainers.logits import HalfLogits, float32_logits, half_logits, logits_product, uses_half_logits
+from trainers.logits import HalfLogits, flat_bmm, float32_logits, half_logits, logits_product, uses_half_logits
 
 
 def _qk(dtype=torch.float32, shape=(3, 2, 5, 8), keys=7, seed=0):
@@ -158,3 +158,21 @@ def test_half_logits_under_vmap_equal_the_batched_call():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     shared = vmap(half_logits, in_dims=(0, None))(q, k[0])
     assert shared.shape == (3, 4, 1, 5, 6) and torch.equal(shared[2], half_logits(q[2], k[0]))
+
+
+@pytest.mark.parametrize("lead", [(), (5,), (3, 2), (2, 3, 2)])
+def test_flat_bmm_is_matmul_over_any_leading_dimensions(lead):
+    """`flat_bmm` (the attention's products as one 3-d batch) gives torch.matmul's values and gradients for no,
+    one, two (batch, heads) and three (models, batch, heads) leading dimensions, transposed operands included,
+    and under vmap (the ensemble's path for attention-side PEs)."""
+    g = torch.Generator().manual_seed(len(lead))
+    a = torch.randn(*lead, 4, 6, generator=g, requires_grad=True)
+    b = torch.randn(*lead, 5, 6, generator=g, requires_grad=True)
+    ours, ref = flat_bmm(a, b.transpose(-2, -1)), a @ b.transpose(-2, -1)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+    w = torch.randn(ref.shape, generator=g)
+    for x, y in zip(torch.autograd.grad((ours * w).sum(), (a, b)), torch.autograd.grad((ref * w).sum(), (a, b))):
+        torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    if lead:
+        mapped = torch.func.vmap(flat_bmm)(a.detach(), b.detach().transpose(-2, -1))
+        torch.testing.assert_close(mapped, ref.detach(), rtol=1e-6, atol=1e-6)
