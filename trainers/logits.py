@@ -43,6 +43,13 @@ HAS_OUT_DTYPE_BMM = "dtype" in torch.ops.aten.bmm.overloads()
 CONTIGUOUS_OPERANDS_DEVICES = frozenset({"cpu"})
 
 
+def on_flat_batch(product, a: Tensor, b: Tensor) -> Tensor:
+    """``product`` of 3-d batches applied to a (..., n, m) and b (..., r, s) with the same leading dimensions:
+    those flattened into one batch dimension for the call, and restored on the result."""
+    out = product(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return out.view(*a.shape[:-2], *out.shape[-2:])
+
+
 def flat_bmm(a: Tensor, b: Tensor) -> Tensor:
     """a @ b for (..., n, m) @ (..., m, p) with the same leading dimensions, as one ``torch.bmm`` over them
     flattened: the products `torch.matmul` would run, written as 3-d batches.
@@ -54,9 +61,7 @@ def flat_bmm(a: Tensor, b: Tensor) -> Tensor:
     float32 single-model step on two threads was 1.30x and 1.23x slower (AVX2, two A/B runs of 4 rounds,
     reports/benchmarks/cpu-avx2-r3/step-ab-single*); one-thread steps showed no consistent difference. The test
     ``test_compiled_cpu_step_keeps_the_matmul_attention`` checks that the pass finds nothing to rewrite."""
-    *lead, n, m = a.shape
-    out = torch.bmm(a.reshape(-1, n, m), b.reshape(-1, m, b.shape[-1]))
-    return out.view(*lead, n, b.shape[-1])
+    return on_flat_batch(torch.bmm, a, b)
 
 
 def float32_logits(q: Tensor, k: Tensor) -> Tensor:
@@ -102,18 +107,14 @@ class HalfLogits(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims: tuple[int | None, int | None], q: Tensor, k: Tensor) -> tuple[Tensor, int]:
         q, k = (mapped_first(t, d, info.batch_size) for t, d in zip((q, k), in_dims))
-        V, N = q.shape[:2]
-        out = HalfLogits.apply(q.reshape(V * N, *q.shape[2:]), k.reshape(V * N, *k.shape[2:]))
-        return out.view(V, N, *out.shape[1:]), 0
+        return on_flat_batch(HalfLogits.apply, q, k), 0  # (V, N, ...): the models' axis joins the batch
 
 
 def half_logits(q: Tensor, k: Tensor) -> Tensor:
     """q k^T of half-precision (..., Tq, hs), (..., T, hs) as `HalfLogits` over the flattened batch."""
-    *lead, tq, hs = q.shape
     if q.device.type in CONTIGUOUS_OPERANDS_DEVICES:
         q, k = q.contiguous(), k.contiguous()
-    out = HalfLogits.apply(q.reshape(-1, tq, hs), k.reshape(-1, k.shape[-2], hs))
-    return out.view(*lead, tq, k.shape[-2])
+    return on_flat_batch(HalfLogits.apply, q, k)
 
 
 def uses_half_logits(q: Tensor, k: Tensor) -> bool:
