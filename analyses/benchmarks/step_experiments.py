@@ -5,10 +5,13 @@ None of them is the trainers' arithmetic or code path until a lease has measured
 (as the bmm + bias add of `trainers.ensemble._linear` was after the third lease, and the bf16 logits
 product of `trainers.logits` after the fourth, and ATen's GELU kernels of `trainers.gelu` after CPU
 timings). Each either keeps the step's maths (another summation order at most: --packed-attention,
---contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode; another
-rounding of the GELU: --inductor-gelu; the same update: --copying-adamw, --per-step-slices; the same products: --strided-v, --four-d-attention-products) or says what it changes (--bf16-residual; --activation; --float32-logits, whose backward multiplies the
-logits' gradient in float32 where the trainers' CUDA product rounds it to bf16). The patches last for the
-process: `profile_step.main` applies them before it builds a step.
+--contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode,
+--cpp-wrapper, --unfused-bias; another rounding of the GELU: --inductor-gelu; the same update:
+--copying-adamw, --per-step-slices, --flat-adamw, this one up to the last bit; the same products:
+--strided-v, --four-d-attention-products) or says what it changes (--bf16-residual; --activation;
+--float32-logits, whose backward multiplies the logits' gradient in float32 where the trainers' CUDA
+product rounds it to bf16). The patches last for the process: `profile_step.main` applies them before it
+builds a step.
 """
 
 from __future__ import annotations
@@ -89,6 +92,48 @@ def _coordinate_descent() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.coordinate_descent_tuning = True
+
+
+def _cpp_wrapper() -> None:
+    """Inductor's C++ wrapper (`torch._inductor.config.cpp_wrapper`) for the compiled configurations (an
+    experiment flag): the code that calls a compiled graph's kernels and matrix products, and allocates their
+    buffers, generated as C++ instead of Python. A d_model 64 CPU step runs ~100 kernels and products in some
+    40 ms, and its profile shows the graphs' Python wrapper as their largest self-time after the products."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp_wrapper = True
+
+
+def unfused_linear_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """`torch.nn.Linear.forward` with the bias added after the product in compiled CPU steps (``x @ W^T + b``)."""
+    if self.bias is not None and x.device.type == "cpu" and torch.compiler.is_compiling():
+        return torch.matmul(x, self.weight.t()) + self.bias
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def _unfused_bias() -> None:
+    """The single model's linear layers as a product and a separate bias add in compiled CPU steps (an
+    experiment flag), not ``addmm``: ATen's CPU addmm first copies the bias into every row of its output
+    (one such copy per layer, a (2048, 256) buffer for the MLP's first layer at d_model 64), where Inductor
+    can fold a separate add into the elementwise kernel that follows (the residual add and LayerNorm)."""
+    torch.nn.Linear.forward = unfused_linear_forward
+
+
+def _flat_adamw() -> None:
+    """The single-model trainer's AdamW as `flat_adamw.FlatAdamW` on the CPU (an experiment flag): torch's fused
+    kernel run once on one flat buffer of all parameters instead of once per parameter."""
+    import trainers.train
+    from flat_adamw import FlatAdamW
+
+    plain = trainers.train.make_optimizer
+
+    def make_optimizer(model, cfg):
+        params = list(model.parameters())
+        if cfg.optim.name == "adamw" and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params):
+            return FlatAdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        return plain(model, cfg)
+
+    trainers.train.make_optimizer = make_optimizer
 
 
 def block_diagonal_mask(puzzles: int, tq: int, t: int, device: torch.device) -> torch.Tensor:
@@ -271,4 +316,13 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
     "coordinate_descent": ("+coord-descent", _coordinate_descent,
                            "Inductor's coordinate-descent tuning of its generated kernels' block sizes and warps "
                            "(torch._inductor.config.coordinate_descent_tuning) for the compiled configurations"),
+    "unfused_bias": ("+unfused-bias", _unfused_bias,
+                     "the single model's nn.Linear layers as x @ W^T + b in compiled CPU steps, not addmm (which "
+                     "copies the bias into its output first): Inductor may fold the add into the next kernel"),
+    "flat_adamw": ("+flat-adamw", _flat_adamw,
+                   "the single model's AdamW on the CPU as flat_adamw.FlatAdamW: torch's fused kernel once on one "
+                   "flat buffer of all parameters, not once per parameter"),
+    "cpp_wrapper": ("+cpp-wrapper", _cpp_wrapper,
+                    "Inductor's C++ wrapper (torch._inductor.config.cpp_wrapper): the compiled graphs call their "
+                    "kernels from generated C++, not Python (longer compiles)"),
 }

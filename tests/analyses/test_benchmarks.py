@@ -783,6 +783,24 @@ def test_bench_optimizer_times_both_forms_and_checks_they_agree(tmp_path):
     assert e.value.code == 2 and not (tmp_path / "bad").exists()
 
 
+def test_bench_optimizer_single_times_per_parameter_against_flat_adamw(tmp_path):
+    """--single times the single model's fused AdamW per parameter against FlatAdamW on twin copies, and the
+    twins' weights agree (up to the last-bit rounding FlatAdamW may differ by)."""
+    import bench_optimizer
+
+    threads = torch.get_num_threads()
+    try:
+        assert bench_optimizer.main(["--single", "--d-model", "16", "--rounds", "1", "--steps", "2", "--threads", "1",
+                                     "--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    row, = csv.DictReader(open(tmp_path / "optimizer.csv"))
+    assert row["threads"] == "1" and int(row["parameters"]) > 10
+    assert float(row["per_parameter_ms"]) > 0 and float(row["flat_ms"]) > 0
+    assert float(row["max_weight_difference"]) < 1e-6
+    assert "| 16 | 1 |" in (tmp_path / "optimizer.md").read_text()
+
+
 def test_step_ab_single_and_float32_options_reach_the_worker_and_the_report(tmp_path, monkeypatch):
     """--single / --float32 / --threads travel to each worker's command line and name the step in the report;
     --single with a masked task and --threads 0 are refused (exit 2) before anything is written."""
@@ -837,3 +855,37 @@ def test_four_d_products_experiment_restores_the_4d_products_with_the_same_atten
     assert trainers.logits.flat_bmm is trainers.model.flat_bmm
     assert trainers.model.flat_bmm.__name__ == "<lambda>"
     torch.testing.assert_close(trainers.model.matmul_attention(q, k, v), ref)
+
+
+def test_cpp_wrapper_experiment_turns_on_inductors_cpp_wrapper(monkeypatch):
+    import step_experiments as ex
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "cpp_wrapper", inductor_config.cpp_wrapper)  # restored after the test
+    inductor_config.cpp_wrapper = False
+    ex.EXPERIMENTS["cpp_wrapper"][1]()
+    assert inductor_config.cpp_wrapper is True
+
+
+def test_unfused_bias_experiment_adds_the_bias_after_the_product_only_while_compiling(monkeypatch):
+    """--unfused-bias: nn.Linear as x @ W^T + b where Dynamo traces a CPU step (same values), F.linear elsewhere."""
+    import step_experiments as ex
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", torch.nn.Linear.forward)
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(8, 5), torch.randn(3, 4, 8)
+    ref = layer(x)
+    ex.EXPERIMENTS["unfused_bias"][1]()
+    assert torch.nn.Linear.forward is ex.unfused_linear_forward
+    assert torch.equal(layer(x), ref)  # eager: F.linear, unchanged
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(layer, backend=backend)(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(out, ref)
+    assert not any("linear" in t for t in seen) and any("matmul" in t for t in seen)
