@@ -857,14 +857,19 @@ def test_four_d_products_experiment_restores_the_4d_products_with_the_same_atten
     torch.testing.assert_close(trainers.model.matmul_attention(q, k, v), ref)
 
 
-def test_cpp_wrapper_experiment_turns_on_inductors_cpp_wrapper(monkeypatch):
+def test_cpp_wrapper_experiment_turns_on_inductors_cpp_wrapper():
     import step_experiments as ex
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config, "cpp_wrapper", inductor_config.cpp_wrapper)  # restored after the test
-    inductor_config.cpp_wrapper = False
-    ex.EXPERIMENTS["cpp_wrapper"][1]()
-    assert inductor_config.cpp_wrapper is True
+    # restored by assignment: monkeypatch's undo deletes the attribute, which hides an Inductor config option
+    before = inductor_config.cpp_wrapper
+    try:
+        inductor_config.cpp_wrapper = False
+        ex.EXPERIMENTS["cpp_wrapper"][1]()
+        assert inductor_config.cpp_wrapper is True
+    finally:
+        inductor_config.cpp_wrapper = before
+    assert inductor_config.cpp_wrapper is before
 
 
 def test_unfused_bias_experiment_adds_the_bias_after_the_product_only_while_compiling(monkeypatch):
