@@ -25,45 +25,48 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
+from trainers.train import fused_adamw_supported
+
 # Each parameter's view starts at a multiple of this many elements (64 bytes for float32): compiled steps
 # see their parameters aligned as before, whatever the sizes before them. The gaps stay zero: zero gradient
 # and zero weight leave them zero through every update.
 ALIGN = 16
 
 
+def takes(params: list[Tensor]) -> bool:
+    """Whether `FlatAdamW` takes these parameters: those of torch's fused AdamW, on the CPU."""
+    return fused_adamw_supported(params) and all(p.device.type == "cpu" for p in params)
+
+
 class FlatAdamW(torch.optim.AdamW):
     """`torch.optim.AdamW` (fused, one parameter group) whose step runs its fused kernel once on flat buffers.
 
     Construct it before anything else holds the parameters' storage: their ``.data`` become views of one
-    buffer (same values, same Parameter objects). Float32 CPU tensors only (`fused_adamw_supported`).
+    buffer (same values, same Parameter objects). Float32 CPU tensors only (`takes`).
     """
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2):
         params = list(params)
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
-        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
+        if not takes(params):
             raise ValueError("FlatAdamW takes float32 CPU parameters; use torch.optim.AdamW(fused=True) elsewhere")
         self._trained = [p for p in params if p.requires_grad]
         self._offsets, total = [], 0
         for p in self._trained:
             self._offsets.append(total)
             total += -(-p.numel() // ALIGN) * ALIGN
-        self._flat = self._flat_buffer(total)
+        self._flat = torch.nn.Parameter(torch.zeros(total), requires_grad=False)
         with torch.no_grad():
             for p, view in zip(self._trained, self._views(self._flat.data)):
                 view.copy_(p)
                 p.data = view
         self._grad = torch.zeros(total)
         self._pieces = self._gap_fillers()
-        self._moments: tuple[Tensor, Tensor, Tensor] | None = None  # (step, exp_avg, exp_avg_sq), laid out at the first step
+        self._step: Tensor | None = None  # the shared step counter, once the first step has laid the state out
         self._state_views: list[tuple[Tensor, Tensor]] = []  # each parameter's views of the two moments
         self._kernel = torch.optim.AdamW([self._flat], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
         self.flat = True  # False once it has fallen back to AdamW's per-parameter step
-
-    @staticmethod
-    def _flat_buffer(total: int) -> torch.nn.Parameter:
-        return torch.nn.Parameter(torch.zeros(total), requires_grad=False)
 
     def _views(self, buffer: Tensor) -> list[Tensor]:
         return [buffer[o : o + p.numel()].view(p.shape) for p, o in zip(self._trained, self._offsets)]
@@ -106,16 +109,15 @@ class FlatAdamW(torch.optim.AdamW):
             self.state[p] = {"step": step, "exp_avg": m, "exp_avg_sq": v}
             self._state_views.append((m, v))
         self._kernel.state[self._flat] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-        self._moments = (step, exp_avg, exp_avg_sq)
+        self._step = step
 
     def _laid_out(self) -> bool:
         """Whether ``state`` still holds the views `_lay_out` made (nothing has replaced them since)."""
-        if self._moments is None:
+        if self._step is None:
             return False
-        step = self._moments[0]
         for p, (m, v) in zip(self._trained, self._state_views):
             st = self.state.get(p, {})
-            if st.get("step") is not step or st.get("exp_avg") is not m or st.get("exp_avg_sq") is not v:
+            if st.get("step") is not self._step or st.get("exp_avg") is not m or st.get("exp_avg_sq") is not v:
                 return False
         return True
 
@@ -126,7 +128,7 @@ class FlatAdamW(torch.optim.AdamW):
             st = self.state.get(p)
             if st:
                 self.state[p] = {key: v.clone() for key, v in st.items()}
-        self._moments = None
+        self._step = None
         self._kernel.state.clear()
 
     @torch.no_grad()
@@ -166,5 +168,5 @@ class FlatAdamW(torch.optim.AdamW):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """AdamW's ``load_state_dict``; the flat buffers take the loaded values at the next step."""
         super().load_state_dict(state_dict)
-        self._moments = None
+        self._step = None
         self._kernel.state.clear()

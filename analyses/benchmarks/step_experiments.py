@@ -123,13 +123,13 @@ def _flat_adamw() -> None:
     """The single-model trainer's AdamW as `flat_adamw.FlatAdamW` on the CPU (an experiment flag): torch's fused
     kernel run once on one flat buffer of all parameters instead of once per parameter."""
     import trainers.train
-    from flat_adamw import FlatAdamW
+    from flat_adamw import FlatAdamW, takes
 
     plain = trainers.train.make_optimizer
 
     def make_optimizer(model, cfg):
         params = list(model.parameters())
-        if cfg.optim.name == "adamw" and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params):
+        if cfg.optim.name == "adamw" and takes(params):
             return FlatAdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         return plain(model, cfg)
 
