@@ -6,7 +6,8 @@ model. `FlatAdamW` lays every trainable parameter and both moments out in flat b
 become views into theirs), gathers the gradients with one ``cat`` and runs the same kernel once, with one
 shared step counter. `bench_optimizer.py --single` times the optimizer step alone against torch's; the
 experiment flag ``flat_adamw`` (`step_experiments`) times whole training steps with it. Not the trainers'
-optimizer: see the README (Speed) for what the step-level A/B could and could not resolve.
+optimizer: see reports/benchmarks/README.md (Training on the CPU) for what the step-level A/B could and
+could not resolve.
 
 The update is torch's: the same kernel on the same values. Where a per-parameter call leaves a tensor's last
 few elements (its size modulo the vector width) to the kernel's scalar loop, the flat call may run them in
