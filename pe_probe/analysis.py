@@ -338,8 +338,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
         "versions": _versions(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
-    if notes:
-        prov.setdefault("notes", []).extend(notes)
+    prov["notes"] = [*(prov.get("notes") or []), *notes]  # always a list, as metrics.json's "notes"
     return AnalysisResult(
         metrics=m, provenance=prov, table=P, coords=G, gt_spec=gt.spec, gt_kind=gt.kind,
         gt_shape=tuple(gt.shape) if gt.shape else None, pe_metric=pe_metric, pe_distances=pe_d,

@@ -705,16 +705,18 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
             raise InputError(f"{src}: checkpoint lists pe_params {missing[:3]} that are not in its model; "
                              f"pass --param NAME (candidates: {_listing(_candidates(store))})")
         return list(pe_params)
-    floats = [n for n in store.shapes if store.kinds[n] == "f"]
+    # Float tensors, and complex or quantized ones: picked by name like floats, so that reading one names its
+    # dtype and the fix instead of reporting no table at all. Integer tensors (position ids) are never picked.
+    tables = [n for n in store.shapes if store.kinds[n] in ("f", "c", "q")]
     # A well-known name is taken whatever its shape (a wrong shape then gets a clear message); a name
     # that only looks PE-ish must also look like a table (>= 2 dims) to be picked.
     for rule, min_dims in ((_well_known, 0), (_pe_looking, 2)):
-        hits = [n for n in floats
+        hits = [n for n in tables
                 if rule(n) and len(store.shapes[n]) >= min_dims and not _NOT_ABSOLUTE.search(n)]
         if hits:
             return _layer_order(hits, src)
-    if len(store.shapes) == 1 and floats:
-        return floats  # a file that holds one float tensor: that is the table, whatever its name
+    if len(store.shapes) == 1 and tables:
+        return tables  # a file that holds one float (or complex, quantized) tensor: that is the table
     why = _no_table_reason(store, meta.get("config"))
     if why:
         raise NoPETableError(f"{src}: no positional-encoding table found: this model has no absolute PE table "

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
@@ -140,11 +141,19 @@ def terminate_as_exit() -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         received.append(signum)
         raise SystemExit(128 + signum)
+    def quiet(unraisable: Any) -> None:
+        # our SystemExit raised inside a weakref callback or __del__ cannot propagate, and Python would print
+        # it as "Exception ignored ... Traceback": the exit below takes its place, so say nothing
+        if not (received and isinstance(unraisable.exc_value, SystemExit)):
+            hook(unraisable)
+
     wanted = [sig for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig is not None]
     previous = {sig: signal.signal(sig, stop) for sig in wanted}
+    hook, sys.unraisablehook = sys.unraisablehook, quiet
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if received:  # its SystemExit was swallowed (raised inside a weakref callback or __del__): stop all the same

@@ -240,7 +240,7 @@ def view_tables(
         layers = [layer_out] * len(chosen)
     notes = []
     if per_layer and layer is None:
-        notes.append(f"{len(names)} per-layer tables; viewing layer 0 (use layer=N, 'mean' or 'all')")
+        notes.append(f"{len(names)} per-layer tables; viewing layer 0 (use --layer N|mean|all)")
 
     # Each chosen table -> its view(s) (one per head with per_head), keyed by head; and its ground truth.
     per_table, gts, sources = [], [], []

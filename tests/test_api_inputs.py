@@ -226,7 +226,8 @@ def test_too_few_bootstrap_resamples_or_random_tables_leave_a_note(table):
     enough = pe_probe.analyze(table, grid(4, 4), n_perm=0, n_boot=50, n_null=2, methods="pca")
     skipped = pe_probe.analyze(table, grid(4, 4), n_perm=0, n_boot=0, n_null=0, methods="pca")
     for res in (enough, skipped):
-        assert not any("resamples" in n or "random table" in n for n in res.provenance.get("notes", []))
+        assert not any("resamples" in n or "random table" in n for n in res.provenance["notes"])
+    assert enough.provenance["notes"] == []  # always a list, as in metrics.json (README: res.provenance["notes"])
 
 
 # --------------------------------------------------------------------------- messages that fit the API

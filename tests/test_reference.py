@@ -70,6 +70,15 @@ def test_shape_distance_zero_for_similar_copy():
         assert shape_distance((np.cos(t) * u + np.sin(t) * w)[:, None], u[:, None]) == pytest.approx(t, rel=1e-7)
 
 
+def test_the_rounding_floor_of_an_ill_conditioned_table_against_itself():
+    """README: read a shape distance below about 1e-8 as zero. A 1D sinusoid's slowest dimensions barely vary over
+    the positions, so its distance to itself is far above float64's 1e-16 (about 2e-9), but stays under 1e-8."""
+    for n, d in ((16, 64), (1024, 768)):
+        t = sinusoid_1d(n, d)
+        assert shape_distance(t, t) < 1e-8
+    assert shape_distance(sinusoid_2d(8, 8, 64), sinusoid_2d(8, 8, 64)) < 1e-10
+
+
 def test_shape_distance_orthogonal_content_and_by_hand():
     rng = np.random.default_rng(2)
     n = 40

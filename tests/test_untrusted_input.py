@@ -259,6 +259,12 @@ def test_param_of_the_wrong_dtype_names_that_dtype(tmp_path, capsys, dtype_table
     torch.save({"wpe.weight": dtype_table()}, tmp_path / "t.pt")
     err = refuse(["analyze", tmp_path / "t.pt", "--param", "wpe.weight", "-g", "line:16", *FAST], capsys, needle)
     assert "integer/bool" not in err
+    # found by name without --param too (a review found "no float tensor" there, or an unrelated float
+    # matrix offered as the candidate), alone in its file or beside other weights and integer position ids
+    refuse(["analyze", tmp_path / "t.pt", "-g", "line:16", *FAST], capsys, needle)
+    torch.save({"h.weight": torch.randn(8, 8), "position_ids": torch.arange(16)[None], "wpe.weight": dtype_table()},
+               tmp_path / "t2.pt")
+    refuse(["analyze", tmp_path / "t2.pt", "-g", "line:16", *FAST], capsys, needle)
 
 
 def test_messages_name_the_file_and_survive_odd_file_names(tmp_path, capsys):

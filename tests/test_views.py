@@ -305,7 +305,7 @@ def test_ours_per_layer_tables_use_the_blank_embedding_only_at_layer_0(rng, norm
     # layer=None: layer 0 with a note; "mean": the average of the per-layer views
     _, q0, info0 = one(view_tables(state, meta, "q"))
     np.testing.assert_allclose(q0, views[0][1])
-    assert any("layer 0" in n for n in info0["notes"])
+    assert any("layer 0" in n and "use --layer N|mean|all" in n for n in info0["notes"])  # the CLI's wording, as io's
     _, qm, infom = one(view_tables(state, meta, "q", layer="mean"))
     np.testing.assert_allclose(qm, (views[0][1] + views[1][1]) / 2)
     assert infom["layer"] == "mean" and infom["block"] == [0, 1]

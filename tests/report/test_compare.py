@@ -237,6 +237,10 @@ def test_rows_say_which_table_they_measured(tmp_path, capsys, analyze_source_ava
 def test_missing_source_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="not found"):
         expand_sources([tmp_path / "nope.pt"])
+    # a generated table is no file: say so and what takes it (it read "source not found; check the path")
+    with pytest.raises(InputError, match="not generated tables such as builtin:sin2d:4x4: analyse it with pe-probe "
+                                         "analyze, or .* --reference sin1d or sin2d:HxW"):
+        expand_sources(["builtin:sin2d:4x4", tmp_path / "nope.pt"])
 
 
 def test_the_same_source_twice_is_refused_by_any_name(tmp_path):
