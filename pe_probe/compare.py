@@ -267,9 +267,12 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     first = None  # (label, n, coords) of the first source
     bar = tqdm(expanded, desc="compare", unit="source", disable=not progress or not sys.stderr.isatty())
     results = _analyze_in_order([s.path for s in expanded], ground_truth, kwargs, backend, address)
+    skips: list[str] = []  # said once a source is kept: if none is, the error alone says it (one line)
     for src, result in zip(bar, results):
         if isinstance(result, _Skipped):
-            sys.stderr.write(f"pe-probe: skipping {src.label}: no PE table to compare (its pe_params is empty)\n")
+            skips.append(f"pe-probe: skipping {src.label}: no PE table to compare (its pe_params is empty)\n")
+            if rows:
+                sys.stderr.write(skips.pop())
             continue
         n, coords = result.n_positions, np.asarray(result.coords, dtype=np.float64)
         if first is None:
@@ -285,6 +288,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
             keys = sorted(k for k in row if "." in k and not k.startswith("eval."))
             raise InputError(f"--by key {by!r} not found in {src.label}; available config keys: {', '.join(keys[:30]) or 'none'}")
         rows.append(row)
+        sys.stderr.write("".join(skips))
+        skips.clear()
         if trajectory:
             if traj_method is None:
                 traj_method = next((m for m in TRAJECTORY_METHODS if m in result.raw_embeddings),

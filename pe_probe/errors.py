@@ -61,9 +61,10 @@ def os_error_message(exc: OSError) -> str | None:
 def show_path(path: str | os.PathLike) -> str:
     """A path as it should appear in a one-line message: as is, or repr()-quoted when it holds a newline
     or another control character (C0, DEL, C1 such as the 8-bit escape \x9b, or a Unicode line or paragraph
-    separator), which would cut, garble or colour the message."""
+    separator), which would cut, garble or colour the message; or a byte that is not UTF-8 (a surrogate),
+    which a UTF-8 terminal or file could not take."""
     text = os.fspath(path)
-    return repr(text) if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text) else text
+    return repr(text) if any(unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") for c in text) else text
 
 
 def torch_load_reason(e: BaseException) -> str:

@@ -193,7 +193,13 @@ def check_safe_torch_loader(path: Path, version: str | None = None) -> None:
 
 def check_not_special(path: Path, what: str) -> None:
     """Refuse an existing path that is neither a regular file nor a folder (a FIFO, a device such as /dev/zero, a
-    socket): reading one would block or never end."""
+    socket): reading one would block or never end. Refuse a name that is not UTF-8 too: reports record and show
+    their inputs' names, in UTF-8 files."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8, kept by Python as surrogates
+        raise InputError(f"{show_path(path)}: the {what}'s name is not UTF-8, which the report's files cannot hold; "
+                         f"rename it, or link it under a UTF-8 name (ln -s), and pass that") from None
     if path.exists() and not path.is_file() and not path.is_dir():
         raise InputError(f"{show_path(path)}: the {what} is not a regular file (a pipe, device or socket, which pe-probe "
                          f"does not read: it could block or never end); save it to a file and pass that")

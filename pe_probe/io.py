@@ -33,6 +33,7 @@ import numpy as np
 from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
 from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
+from pe_probe.torchfile import read_torch_file, torch_file_reason
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes, parse_layer
 
@@ -476,18 +477,12 @@ def _open_safetensors(files: list[Path]) -> _Store:
 
 def _torch_load(path: Path) -> Any:
     """``torch.load`` with ``weights_only=True``: tensors and plain containers only, never code."""
-    import torch
-
-    import warnings
-
     check_safe_torch_loader(path)
     check_not_numpy(path)
     check_torch_pickle(path)  # a crafted multi-MB pickle would take minutes to unpickle
     label = show_path(path)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "Detected pickle protocol 4" chatter
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        return read_torch_file(path, "cpu", mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         # Either way nothing ran; the wording only tells a corrupt file from one that holds code.
         if _pickle_has_code(path):
@@ -497,14 +492,9 @@ def _torch_load(path: Path) -> Any:
         raise InputError(f"{label}: not a readable torch file (corrupt, truncated, not written by torch.save, or it "
                          f"holds objects other than tensors and plain containers: {torch_load_reason(e)}); re-save the "
                          f"tensors with torch.save(model.state_dict()) or as .safetensors") from None
-    except EOFError:
-        raise InputError(f"{label}: not a readable torch file (it ends too early: empty or truncated); "
-                         f"re-save or re-download it") from None
-    except (RuntimeError, OSError) as e:
-        raise InputError(f"{label}: not a readable torch file ({torch_load_reason(e)}); re-save or re-download it") from None
     except Exception as e:  # a corrupt stream can fail anywhere in the unpickler (KeyError, IndexError, ...)
-        raise InputError(f"{label}: not a readable torch file (corrupt, or not written by torch.save: "
-                         f"{type(e).__name__})") from None
+        raise InputError(f"{label}: not a readable torch file ({torch_file_reason(e)}); re-save or re-download it"
+                         ) from None
 
 
 # Pickles at the start of a legacy (non-zip) torch file: magic number, protocol, system info, the

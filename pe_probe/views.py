@@ -664,6 +664,12 @@ def _view_one(state, meta, store, name, view, per_head, positions, drop_extra_to
     out = {}
     for h in list(range(r.n_heads)) if per_head else [None]:
         table, mass = _view_table(r, P, view, h)
+        if not np.isfinite(table).all():  # the PE table was checked: the weights that read it are not finite
+            bad = [t for t in r.tensors if t in store.shapes and not np.isfinite(store.read(t)).all()]
+            raise InputError(f"the {view} view of {name} has NaN/Inf values: "
+                             + (f"{', '.join(bad[:3])} {'holds' if len(bad) == 1 else 'hold'} NaN/Inf (the PE table "
+                                f"itself is finite)" if bad else "its values overflow")
+                             + "; analyse the raw table (--view raw), or fix the model's weights")
         info = dict(base, head=h, notes=list(base["notes"]))
         if view == "kernel":
             info.update(causal=r.causal, window=r.window, cls_attention_mass=mass,

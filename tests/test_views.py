@@ -334,6 +334,18 @@ def test_ours_input_table_and_cls_token(rng):
     assert one(view_tables(state, meta, "raw"))[1].shape == (N, D)
 
 
+@pytest.mark.parametrize("view", ["q", "kernel"])
+def test_non_finite_attention_weights_are_named_not_the_pe_table(rng, view):
+    """A NaN in the query weights made the view say "table: contains 16 NaN/Inf values ...; clean the table",
+    which points at the (finite) PE table (a review)."""
+    state = ours_state(rng)
+    state["blocks.1.attn.qkv.weight"][0, 0] = np.nan
+    with pytest.raises(InputError, match=rf"the {view} view of blocks.1.pe.table has NaN/Inf values: "
+                                         r"blocks.1.attn.qkv.weight holds NaN/Inf \(the PE table itself is finite\)"):
+        view_tables(state, ours_meta(state), view, layer=1)
+    assert len(view_tables(state, ours_meta(state), view, layer=0)) == 1  # layer 0 reads finite weights
+
+
 def test_ours_without_config_says_what_is_missing(rng):
     state = ours_state(rng, every_layer=False)
     with pytest.raises(InputError, match="n_heads"):

@@ -15,8 +15,9 @@ from typing import Any, BinaryIO, Callable
 
 import torch
 
-from pe_probe.errors import InputError, torch_load_reason
+from pe_probe.errors import InputError
 from pe_probe.filechecks import check_safe_torch_loader
+from pe_probe.torchfile import read_torch_file, torch_file_reason
 
 FORMAT = "pe-probe-checkpoint/1"
 CONTRACT_KEYS = ("format", "model", "config", "pe_params", "ground_truth", "step", "epoch", "metrics")
@@ -119,9 +120,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise InputError(f"checkpoint {path} not found; pass the .pt file of a run (e.g. RUN/last.pt)")
     check_safe_torch_loader(path)
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = read_torch_file(path, map_location)
     except Exception as e:  # truncated file, foreign pickle, not a torch file at all, ...
-        reason = torch_load_reason(e)
+        reason = torch_file_reason(e)
         raise CheckpointRefused(f"cannot read checkpoint {path}: {reason}; pass the .pt file of a run (e.g. RUN/last.pt)",
                                 reason) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -141,6 +142,6 @@ def last_epoch(run_dir: str | os.PathLike) -> int | None:
         return None
     check_safe_torch_loader(path)
     try:
-        return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+        return int(read_torch_file(path)["epoch"])
     except Exception:  # a torn or foreign file: not finished
         return None

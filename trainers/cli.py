@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -386,6 +387,16 @@ def where_it_stopped(out: str | os.PathLike, epochs: int) -> Iterator[None]:
         raise
 
 
+# Runs one ``--ensemble-*`` command may train: the study's sweep is 300. A range such as 0-99999999 (a typo)
+# would otherwise build a config per run before anything else, until memory runs out.
+MAX_ENSEMBLE_RUNS = 10_000
+
+
+def _too_many_runs(n: int, what: str) -> InputError:
+    return InputError(f"{what} would train {n:,} runs; one command trains at most {MAX_ENSEMBLE_RUNS:,} (the study's "
+                      f"sweep is 300): shorten the lists, or split them over several commands with the same --out")
+
+
 def _parse_list(text: str, kind, option: str) -> list:
     """"0,1,2" / "0-14" (integers) / "0.1,2.0" / "learned,sin2d" -> list; bad items raise InputError."""
     out = []
@@ -395,12 +406,15 @@ def _parse_list(text: str, kind, option: str) -> list:
                 lo, hi = (int(v) for v in item.split("-", 1))
                 if hi < lo:
                     raise ValueError
-                out.extend(range(lo, hi + 1))
+                values = range(lo, hi + 1)
             else:
-                out.append(kind(item))
+                values = [kind(item)]
         except ValueError:
             raise InputError(f"{option}: cannot read {item!r} in {text!r}; expected e.g. "
                              f"{'0,1,2 or 0-14' if kind is int else '0.1,2.0' if kind is float else 'learned,sin2d'}") from None
+        if len(out) + len(values) > MAX_ENSEMBLE_RUNS:  # before a range is expanded
+            raise _too_many_runs(len(out) + len(values), f"{option} {text}")
+        out.extend(values)
     if not out or len(set(out)) != len(out):
         raise InputError(f"{option}: expected a non-empty list without repeats, got {text!r}")
     return out
@@ -452,6 +466,9 @@ def ensemble_main(args: argparse.Namespace) -> int:
         if getattr(args, attr) is not None:
             raise InputError(f"give either {single} or {option}, not both")
         lists.append(_parse_list(text, kind, option))
+    runs = math.prod(len(values) for values in lists)
+    if runs > MAX_ENSEMBLE_RUNS:
+        raise _too_many_runs(runs, "the --ensemble-* lists")
     cfgs = []
     for combo in itertools.product(*lists):
         member = argparse.Namespace(**vars(args))

@@ -4,6 +4,7 @@ with the bare reason kept for callers that give their own fix; a pickle that wou
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +39,11 @@ class _RunsCode:  # a pickle that would call os.system if unpickled without weig
     (lambda p: torch.save({"format": FORMAT}, p), r"checkpoint .*c\.pt lacks key\(s\) ", r"^lacks key\(s\) "),
     (lambda p: torch.save({"format": FORMAT, "x": _RunsCode()}, p), r"cannot read checkpoint .*weights-only reader refused",
      r"^torch's weights-only reader refused it$"),
+    # as `pe-probe analyze` words them (a review saw "EOFError" and a bare "105", a KeyError's text)
+    (lambda p: p.write_bytes(b""), r"cannot read checkpoint .*c\.pt: it ends too early: empty or truncated;",
+     r"^it ends too early"),
+    (lambda p: p.write_bytes(b"hi"), r"cannot read checkpoint .*c\.pt: corrupt, or not written by torch\.save: \w+Error;",
+     r"^corrupt, or not written by torch\.save"),
 ])
 def test_refusals_name_the_file_the_fix_and_keep_the_reason(tmp_path, write, message, reason):
     path = tmp_path / "c.pt"
@@ -48,6 +54,25 @@ def test_refusals_name_the_file_the_fix_and_keep_the_reason(tmp_path, write, mes
     assert e.value.reason and __import__("re").search(reason, e.value.reason)
     again = pickle.loads(pickle.dumps(e.value))  # raised in a worker process, it reaches the parent whole
     assert type(again) is CheckpointRefused and str(again) == str(e.value) and again.reason == e.value.reason
+
+
+def test_a_legacy_pickle_is_refused_without_torch_warning_and_a_non_utf8_name_reads(tmp_path, recwarn):
+    """A protocol-4 pickle made torch warn ("Detected pickle protocol 4"): two stray stderr lines before the one-line
+    error. A file name that is not UTF-8 loads (torch's C++ reader takes UTF-8 names only)."""
+    import os
+
+    path = tmp_path / "legacy.pt"
+    path.write_bytes(pickle.dumps({"x": _RunsCode()}, protocol=4))
+    with pytest.raises(CheckpointRefused, match="weights-only reader refused"):
+        load_checkpoint(path)
+    assert not [w for w in recwarn if "pickle protocol" in str(w.message)]
+    from pe_probe.torchfile import read_torch_file
+
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xff.pt"))
+    torch.save({"t": torch.arange(3)}, tmp_path / "ok.pt")
+    os.replace(tmp_path / "ok.pt", odd)
+    for mmap in (False, True):
+        assert torch.equal(read_torch_file(odd, mmap=mmap)["t"], torch.arange(3))
 
 
 def test_the_missing_keys_are_all_named(tmp_path):

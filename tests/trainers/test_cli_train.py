@@ -274,6 +274,12 @@ def test_bad_dotted_keys_are_one_line_input_errors(key, needle):
     # the PE kinds a 2D task can take: sin3d was offered, then refused when the model was built
     (["--pe", "bogus"], r"unknown PE kind 'bogus'; choose one of none, sin1d, sin2d, random, learned, relative, rope1d, rope2d$"),
     (["--ensemble-pes", "learned,sin3d"], r"--ensemble-pes value sin3d needs 3D positions"),
+    # a typo'd range built a config per run until memory ran out (a review: 6.4 GB after 20 s, no output)
+    (["--ensemble-seeds", "0-99999999"], r"--ensemble-seeds 0-99999999 would train 100,000,000 runs; one command "
+                                         r"trains at most 10,000"),
+    (["--ensemble-seeds", "0,5-10004"], r"would train 10,001 runs"),
+    (["--ensemble-seeds", "0-999", "--ensemble-sigmas", ",".join(str(i / 10) for i in range(1, 12))],
+     r"the --ensemble-\* lists would train 11,000 runs"),
 ])
 def test_options_that_cannot_make_a_sensible_run_are_refused(tmp_path, argv, needle):
     with pytest.raises(InputError, match=needle) as e:
