@@ -146,20 +146,35 @@ def check_cuda_graphs(device: torch.device, cuda_graphs: bool) -> None:
 COMPILE_MODE: str | None = None
 
 
-def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs: bool = False) -> tuple[Callable, Callable[[], None]]:
+def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs: bool = False,
+                  cpp_wrapper: bool = False) -> tuple[Callable, Callable[[], None]]:
     """The training step's function as it runs (eager, `torch.compile`d, or compiled with CUDA graphs)
     and what to call before each step (marks a new CUDA-graph iteration; nothing otherwise).
 
     ``cuda_graphs`` is torch.compile's ``reduce-overhead`` mode: each compiled graph is recorded once and
     replayed as one CUDA graph launch, removing the per-kernel launch cost that dominates small models on
-    a GPU. CUDA only (an `InputError` elsewhere, before anything is written).
+    a GPU. CUDA only (an `InputError` elsewhere, before anything is written). ``cpp_wrapper``: the compiled
+    graphs call their kernels from generated C++ instead of Python (Inductor's C++ wrapper; see
+    `CPP_WRAPPER_CPU_FLOAT32`); not with an experiment's `COMPILE_MODE`, which torch.compile takes instead.
     """
     check_cuda_graphs(device, cuda_graphs)
     # dynamic=False: an epoch's last, smaller batch compiles a second static graph. By default it would
     # compile a graph dynamic in the batch size, which Dynamo then runs for every later full batch too.
     if cuda_graphs:
         return torch.compile(fn, mode="reduce-overhead", dynamic=False), torch.compiler.cudagraph_mark_step_begin
-    return (torch.compile(fn, dynamic=False, mode=COMPILE_MODE) if compile else fn), lambda: None
+    if not compile:
+        return fn, lambda: None
+    if cpp_wrapper and COMPILE_MODE is None:
+        return torch.compile(fn, dynamic=False, options={"cpp_wrapper": True}), lambda: None
+    return torch.compile(fn, dynamic=False, mode=COMPILE_MODE), lambda: None
+
+
+# A compiled float32 single-model step on the CPU runs Inductor's C++ wrapper: the Python one took 8% of the
+# step's profiled time at d_model 64 (reports/benchmarks/cpu-avx2-r3/profile-single-compile). Measured on an
+# AVX2 CPU, two threads: the step 2.5-2.7% faster (every one of 12 processes of the paired in-process A/B,
+# reports/benchmarks/cpu-avx2-r6/; the per-process A/Bs of cpu-avx2-r5/ pointed the same way). bf16 steps
+# and the ensemble's groups keep the Python wrapper: not measured.
+CPP_WRAPPER_CPU_FLOAT32 = True
 
 
 @dataclass(frozen=True)
@@ -207,7 +222,8 @@ def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool =
     """
     speed = SpeedOptions(compile=compile, bf16=bf16, cuda_graphs=cuda_graphs, tf32=tf32)
     speed.check(device)
-    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs)
+    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs,
+                                          cpp_wrapper=CPP_WRAPPER_CPU_FLOAT32 and device.type == "cpu" and not bf16)
     return step_model, mark_step, bf16_autocast(device, bf16), tf32_matmuls(device, tf32), speed.recorded()
 
 
