@@ -70,8 +70,8 @@ def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source],
     for p in paths:
         if not p.exists() and str(p).startswith("builtin:"):
             raise InputError(f"compare reads checkpoints, tables and run folders on disk, not generated tables such as "
-                             f"{p}: analyse it with pe-probe analyze, or measure each source's distance to a sinusoid with "
-                             f"--reference sin1d or sin2d:HxW")
+                             f"{p}: analyse it with pe-probe analyze, or measure each source's distance to a "
+                             f"sinusoid with --reference sin1d or sin2d:HxW")
         if not p.exists():
             raise InputError(f"source not found: {p}; check the path")
     if len(paths) == 1 and _is_run_folder(paths[0]):
