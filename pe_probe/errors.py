@@ -67,6 +67,16 @@ def show_path(path: str | os.PathLike) -> str:
     return repr(text) if any(unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") for c in text) else text
 
 
+def utf8_name(path: str | os.PathLike) -> bool:
+    """Whether a path's name is UTF-8: bytes that are not are kept by Python as surrogates, which torch's C++
+    file reader and the reports' UTF-8 files cannot take."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def torch_load_reason(e: BaseException) -> str:
     """torch's reason for refusing a file, as one plain line: no terminal colour codes, and never its
     advice to retry with weights_only=False (which would run whatever code an untrusted file holds)."""

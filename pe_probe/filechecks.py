@@ -16,7 +16,7 @@ from typing import IO, Callable
 
 import numpy as np
 
-from pe_probe.errors import InputError, show_path
+from pe_probe.errors import InputError, show_path, utf8_name
 from pe_probe.errors import first_line as _first_line
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -195,11 +195,9 @@ def check_not_special(path: Path, what: str) -> None:
     """Refuse an existing path that is neither a regular file nor a folder (a FIFO, a device such as /dev/zero, a
     socket): reading one would block or never end. Refuse a name that is not UTF-8 too: reports record and show
     their inputs' names, in UTF-8 files."""
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8, kept by Python as surrogates
+    if not utf8_name(path):
         raise InputError(f"{show_path(path)}: the {what}'s name is not UTF-8, which the report's files cannot hold; "
-                         f"rename it, or link it under a UTF-8 name (ln -s), and pass that") from None
+                         f"rename it, or link it under a UTF-8 name (ln -s), and pass that")
     if path.exists() and not path.is_file() and not path.is_dir():
         raise InputError(f"{show_path(path)}: the {what} is not a regular file (a pipe, device or socket, which pe-probe "
                          f"does not read: it could block or never end); save it to a file and pass that")

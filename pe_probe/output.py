@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, show_path
+from .errors import InputError, show_path, utf8_name
 
 MARKER = ".pe-probe-output"
 MAX_OUT_NAME = 200  # bytes of --out's last name: staged as ".NAME.staging-PID-XXXXXXXX", at most 255 bytes
@@ -39,10 +39,8 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
     ``..`` in it is checked, and returned, as the folder it names."""
     out = Path(out)
-    try:
-        os.fspath(out).encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are not UTF-8, kept by Python as surrogates: reports quote the path
-        raise InputError(f"--out {show_path(out)} is not a UTF-8 name; choose a name in UTF-8") from None
+    if not utf8_name(out):
+        raise InputError(f"--out {show_path(out)} is not a UTF-8 name; choose a name in UTF-8")
     try:
         resolved = out.resolve()
     except (RuntimeError, OSError) as e:  # a symbolic link loop on the way (RuntimeError before Python 3.13)
@@ -145,6 +143,7 @@ def terminate_as_exit() -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         received.append(signum)
         raise SystemExit(128 + signum)
+
     def quiet(unraisable: Any) -> None:
         # our SystemExit raised inside a weakref callback or __del__ cannot propagate, and Python would print
         # it as "Exception ignored ... Traceback": the exit below takes its place, so say nothing

@@ -12,15 +12,7 @@ import pickle
 import warnings
 from typing import Any
 
-from pe_probe.errors import torch_load_reason
-
-
-def _utf8(path: str | os.PathLike) -> bool:
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:  # a name with bytes that are not UTF-8 (kept by Python as surrogates)
-        return False
-    return True
+from pe_probe.errors import torch_load_reason, utf8_name
 
 
 def read_torch_file(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> Any:
@@ -33,7 +25,7 @@ def read_torch_file(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        if _utf8(path):
+        if utf8_name(path):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
         with open(path, "rb") as f:
             return torch.load(f, map_location=map_location, weights_only=True)

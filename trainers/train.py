@@ -173,7 +173,7 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
 # step's profiled time at d_model 64 (reports/benchmarks/cpu-avx2-r3/profile-single-compile). Measured on an
 # AVX2 CPU, two threads: the step 2.5-2.7% faster (every one of 12 processes of the paired in-process A/B,
 # reports/benchmarks/cpu-avx2-r6/; the per-process A/Bs of cpu-avx2-r5/ pointed the same way). bf16 steps
-# and the ensemble's groups keep the Python wrapper: not measured.
+# (not measured) and the ensemble's groups (0.983 [0.964, 1.004], not resolved: cpu-avx2-r7/) keep the Python one.
 CPP_WRAPPER_CPU_FLOAT32 = True
 
 

@@ -58,6 +58,37 @@ def parse_variant(variant: str) -> list[str]:
 TASKS = ("lst", "netsim", "brain")
 
 
+def add_step_options(p: argparse.ArgumentParser) -> None:
+    """The options that pick the compiled step a worker times (`build_step`), shared with step_ab_paired."""
+    p.add_argument("--task", default="lst", choices=TASKS,
+                   help="lst: the LST ensemble group step (default); netsim / brain: the masked trainer's paper-model step")
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--k", type=int, default=4,
+                   help="members of the ensemble group (the ensemble of 8 on 2 cores: 4; unused with --single)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    p.add_argument("--float32", action="store_true", help="time the float32 step (default: bf16 autocast)")
+    p.add_argument("--single", action="store_true",
+                   help="lst: the single-model trainer's step instead of an ensemble group (--k unused)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up steps of each compiled step")
+
+
+def check_step_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors (exit 2) for `add_step_options`'s values."""
+    if min(args.d_model, args.k, args.threads) < 1 or args.warmup < 0:
+        p.error("--d-model, --k and --threads must be >= 1, --warmup >= 0")
+    if args.single and args.task != "lst":
+        p.error("--single times the LST single-model step: use it with --task lst")
+
+
+def step_description(args: argparse.Namespace) -> str:
+    """What `build_step` times for these options, as the reports name it."""
+    if args.task != "lst":
+        return f"the masked trainer's step of the {args.task} paper model"
+    if args.single:
+        return f"the single-model trainer's step at d_model {args.d_model}"
+    return f"one group of K = {args.k} at d_model {args.d_model}"
+
+
 def build_step(task: str, d: int, k: int, bf16: bool = True, single: bool = False):
     """The compiled step a worker times (bf16 autocast unless ``bf16`` is False): the LST ensemble's group
     step of k members at d_model d (or with ``single`` the single-model trainer's step), or the masked
@@ -131,9 +162,7 @@ def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
 
     task = getattr(args, "task", "lst")
     single, threads = getattr(args, "single", False), getattr(args, "threads", 1)
-    what = (f"the single-model trainer's step at d_model {args.d_model}" if task == "lst" and single
-            else f"one group of K = {args.k} at d_model {args.d_model}" if task == "lst"
-            else f"the masked trainer's step of the {task} paper model")
+    what = step_description(argparse.Namespace(task=task, single=single, d_model=args.d_model, k=args.k))
     precision = "float32" if getattr(args, "float32", False) else "bf16 autocast"
     lines = [
         ("# A/B of the compiled CPU single-model step" if single else "# A/B of the compiled CPU ensemble step")
@@ -166,16 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma list of variants, the first the reference: plain or experiment names joined by + "
                         f"({', '.join(EXPERIMENTS)})")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--task", default="lst", choices=TASKS,
-                   help="lst: the LST ensemble group step (default); netsim / brain: the masked trainer's paper-model step")
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--k", type=int, default=4, help="members per process (the ensemble of 8 on 2 cores: 4)")
+    add_step_options(p)
     p.add_argument("--side-by-side", type=int, default=2, help="processes at once (default 2, one per core here)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    p.add_argument("--float32", action="store_true", help="time the float32 step (default: bf16 autocast)")
-    p.add_argument("--single", action="store_true",
-                   help="lst: the single-model trainer's step instead of an ensemble group (--k unused)")
-    p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=6)
     p.add_argument("--steps", type=int, default=8, help="steps per timed window")
     p.add_argument("--seed", type=int, default=0, help="seed of the variants' order in each round")
@@ -192,10 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             parse_variant(v)
     except ValueError as e:
         p.error(str(e))
-    if min(args.rounds, args.k, args.side_by_side, args.windows, args.steps, args.threads) < 1 or args.warmup < 0:
-        p.error("--rounds, --k, --side-by-side, --threads, --windows and --steps must be >= 1, --warmup >= 0")
-    if args.single and args.task != "lst":
-        p.error("--single times the LST single-model step: use it with --task lst")
+    check_step_options(p, args)
+    if min(args.rounds, args.side_by_side, args.windows, args.steps) < 1:
+        p.error("--rounds, --side-by-side, --windows and --steps must be >= 1")
     rng = random.Random(args.seed)
     rows = []
     for r in range(1, args.rounds + 1):

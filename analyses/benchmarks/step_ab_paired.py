@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parent))
 
 from bench_io import command_line, machine, write_results  # noqa: E402
-from step_ab import TASKS, build_step, parse_variant  # noqa: E402
+from step_ab import add_step_options, build_step, check_step_options, parse_variant, step_description  # noqa: E402
 from step_experiments import EXPERIMENTS  # noqa: E402
 
 
@@ -162,9 +162,7 @@ def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
     import torch
 
     s = summary(rows)
-    what = (f"the single-model trainer's step at d_model {args.d_model}" if args.task == "lst" and args.single
-            else f"one group of K = {args.k} at d_model {args.d_model}" if args.task == "lst"
-            else f"the masked trainer's step of the {args.task} paper model")
+    what = step_description(args)
     described = ("the trainers as they are (an A/A control)" if variants[1] == "plain"
                  else " + ".join(EXPERIMENTS[n][2] for n in parse_variant(variants[1])))
     return "\n".join([
@@ -197,13 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="plain,B: B is plain (an A/A control) or experiment names joined by + "
                         f"({', '.join(EXPERIMENTS)})")
     p.add_argument("--rounds", type=int, default=4, help="processes, one after another (default 4)")
-    p.add_argument("--task", default="lst", choices=TASKS)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--k", type=int, default=4, help="members of the ensemble group (unused with --single)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of each process (default 1)")
-    p.add_argument("--float32", action="store_true", help="time the float32 step (default: bf16 autocast)")
-    p.add_argument("--single", action="store_true", help="lst: the single-model trainer's step")
-    p.add_argument("--warmup", type=int, default=5, help="warm-up steps of each compiled step")
+    add_step_options(p)
     p.add_argument("--pairs", type=int, default=40, help="pairs of windows per process (default 40)")
     p.add_argument("--steps", type=int, default=4, help="steps per window (default 4)")
     p.add_argument("--out", default="out/step_ab_paired")
@@ -216,10 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         parse_variant(variants[1])
     except ValueError as e:
         p.error(str(e))
-    if min(args.rounds, args.threads, args.pairs, args.steps) < 1 or args.warmup < 0:
-        p.error("--rounds, --threads, --pairs and --steps must be >= 1, --warmup >= 0")
-    if args.single and args.task != "lst":
-        p.error("--single times the LST single-model step: use it with --task lst")
+    check_step_options(p, args)
+    if min(args.rounds, args.pairs, args.steps) < 1:
+        p.error("--rounds, --pairs and --steps must be >= 1")
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args)))
         return 0
