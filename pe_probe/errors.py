@@ -77,6 +77,13 @@ def utf8_name(path: str | os.PathLike) -> bool:
     return True
 
 
+def check_utf8_out(out: str | os.PathLike) -> None:
+    """Refuse an output folder whose name is not UTF-8 (`utf8_name`), before any work: what is written there
+    could not be read back by pe-probe or named in its reports."""
+    if not utf8_name(out):
+        raise InputError(f"--out {show_path(out)} is not a UTF-8 name; choose a name in UTF-8")
+
+
 def torch_load_reason(e: BaseException) -> str:
     """torch's reason for refusing a file, as one plain line: no terminal colour codes, and never its
     advice to retry with weights_only=False (which would run whatever code an untrusted file holds)."""

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, show_path, utf8_name
+from .errors import InputError, check_utf8_out, show_path
 
 MARKER = ".pe-probe-output"
 MAX_OUT_NAME = 200  # bytes of --out's last name: staged as ".NAME.staging-PID-XXXXXXXX", at most 255 bytes
@@ -39,8 +39,7 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
     ``..`` in it is checked, and returned, as the folder it names."""
     out = Path(out)
-    if not utf8_name(out):
-        raise InputError(f"--out {show_path(out)} is not a UTF-8 name; choose a name in UTF-8")
+    check_utf8_out(out)
     try:
         resolved = out.resolve()
     except (RuntimeError, OSError) as e:  # a symbolic link loop on the way (RuntimeError before Python 3.13)

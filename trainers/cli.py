@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from pe_probe.errors import InputError, show_path
+from pe_probe.errors import InputError, check_utf8_out, show_path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,9 +32,11 @@ def _bool_flag(p, name: str, help: str) -> None:
 
 def check_out_given(out: str) -> None:
     """Refuse an empty --out: Path("") is the current folder, so `--out ""` (an unset shell variable) trained or
-    wrote the demo into it, and --force then replaced the user's own config.json there."""
+    wrote the demo into it, and --force then replaced the user's own config.json there. Refuse a name that is
+    not UTF-8 too: the run would train, but `pe-probe analyze` and the reports refuse its checkpoint's path."""
     if not out:
         raise InputError('--out "" is an empty path (is a shell variable unset?); name a folder, e.g. --out runs/my-run')
+    check_utf8_out(out)
 
 
 # ----------------------------------------------------------------------------------------------

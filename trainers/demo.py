@@ -45,10 +45,11 @@ def check_demo_dir(out: str | os.PathLike) -> Path:
     OUT/summary.md and OUT/compare/ as a whole, so a folder of the user's own files lost them (exit 0, --force
     or not). A demo folder carries `DEMO_MARKER`; an older one, written before the marker, is recognised by its
     entries (`_old_demo_dir`), so it still resumes."""
-    from pe_probe.errors import InputError
+    from pe_probe.errors import InputError, check_utf8_out
 
     if not str(out):
         raise InputError('--out "" is an empty path (is a shell variable unset?); name the demo folder, e.g. --out out/demo')
+    check_utf8_out(out)  # the analysis of its runs would refuse their paths after training
     path = Path(out)
     if path.is_symlink() and not path.exists():
         raise InputError(f"--out {out} is a symbolic link to nothing; remove it or name a new folder")

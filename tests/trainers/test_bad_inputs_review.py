@@ -5,6 +5,7 @@ NaN weights evaluated to chance-level accuracies with exit 0."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -172,6 +173,21 @@ def test_train_refuses_an_empty_out(tmp_path, monkeypatch, capsys, argv):
     assert 'empty path' in _refused(argv, capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
     assert (tmp_path / "config.json").read_text() == '{"mine": 1}'
+
+
+@pytest.mark.parametrize("argv", [["train", "lst", "--epochs", "1"],
+                                  ["train", "lst", "--ensemble-seeds", "0,1"],
+                                  ["train", "netsim", "--epochs", "1"],
+                                  ["demo", "--epochs", "1"]])
+def test_train_and_the_demo_refuse_an_out_whose_name_is_not_utf8(tmp_path, monkeypatch, capsys, argv):
+    """They trained, and the demo then failed in its analysis, which refuses such paths (a half-written folder)."""
+    monkeypatch.chdir(tmp_path)
+    for module, name in ((trainers.train, "train"), (trainers.ensemble, "train_ensemble"),
+                         (trainers.train_masked, "train_masked"), (trainers.demo, "train_ensemble")):
+        monkeypatch.setattr(module, name, _never)
+    out = os.fsdecode(b"run-\xff")
+    assert "is not a UTF-8 name" in _refused([*argv, "--out", out], capsys)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------------------------
