@@ -17,6 +17,7 @@ OUT/summary.md), so a folder of the user's own files is refused, --force or not.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 from pathlib import Path
@@ -154,10 +155,30 @@ def _analysis(run: Path, out: Path, redo: bool) -> dict[str, float]:
     stored = out / "metrics.json"
     if stored.exists() and not redo:
         data = json.loads(stored.read_text())
-        return {k: v for k, v in data.items() if isinstance(v, (int, float))}
+        if _same_file((data.get("provenance") or {}).get("source"), run / "last.pt"):  # else the demo folder was moved or copied: redo
+            return {k: v for k, v in data.items() if isinstance(v, (int, float))}
     result = analyze_source(str(run / "last.pt"), **ANALYZE_KWARGS)
     write_analysis(result, out, force=True)
     return dict(result.metrics)
+
+
+def _same_file(recorded: Any, path: Path) -> bool:
+    """Whether a source path recorded by an earlier analysis names ``path`` (not the same file in a folder the
+    demo was moved or copied from, which the stored report would go on naming)."""
+    try:
+        return isinstance(recorded, str) and Path(recorded).resolve() == path.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _compared(compare_dir: Path, runs: list[Path]) -> bool:
+    """Whether ``compare_dir`` holds a finished comparison of exactly these runs' checkpoints."""
+    table = compare_dir / "compare.csv"
+    if not (compare_dir / "index.html").exists() or not table.is_file():
+        return False
+    with open(table, newline="") as f:
+        sources = [row.get("source") for row in csv.DictReader(f)]
+    return len(sources) == len(runs) and all(any(_same_file(s, r / "last.pt") for s in sources) for r in runs)
 
 
 def _fmt(v: Any) -> str:
@@ -220,9 +241,10 @@ def run_demo(
     for name in SIGMAS:
         print(f"== analysing {name} ==", flush=True)
         ident[name] = _analysis(out / "runs" / name, out / "analysis" / name, fresh[name])
-    if any(fresh.values()) or not (out / "compare" / "index.html").exists():
+    runs = [out / "runs" / n for n in SIGMAS]
+    if any(fresh.values()) or not _compared(out / "compare", runs):
         print("== comparing ==", flush=True)
-        compare([str(out / "runs" / n) for n in SIGMAS], out / "compare", by="pe.init_std",
+        compare([str(r) for r in runs], out / "compare", by="pe.init_std",
                 analyze_kwargs=ANALYZE_KWARGS, force=True)
     path = out / "summary.md"
     path.write_text(_summary(acc, ident, cfg.optim.epochs))

@@ -60,3 +60,29 @@ def test_a_finished_run_is_recognised(tmp_path):
                 "step": 5, "epoch": 3, "metrics": {}}, run / "last.pt")
     assert trainers.demo._finished(run, 3, tmp_path) and not trainers.demo._finished(run, 4, tmp_path)
     assert not trainers.demo._finished(tmp_path / "runs" / "sigma-2.0", 1, tmp_path)
+
+
+def test_a_moved_demo_folder_redoes_its_analyses_which_would_name_the_old_folder(tmp_path, capsys):
+    """A resumed demo reuses its analyses and comparison; but in a folder moved or copied from elsewhere they
+    name the old folder's checkpoints (their provenance, compare.csv), so they are redone there."""
+    import csv
+    import json
+    import shutil
+
+    first = tmp_path / "first"
+    run_demo(first, epochs=1, n_per_level=30)
+    capsys.readouterr()
+    stamp = (first / "compare" / "compare.csv").stat().st_mtime_ns
+    run_demo(first, epochs=1, n_per_level=30)  # in place: nothing redone
+    assert "== comparing ==" not in capsys.readouterr().out
+    assert (first / "compare" / "compare.csv").stat().st_mtime_ns == stamp
+    moved = tmp_path / "moved"
+    shutil.copytree(first, moved)
+    run_demo(moved, epochs=1, n_per_level=30)
+    assert "== comparing ==" in capsys.readouterr().out
+    for name in trainers.demo.SIGMAS:
+        source = json.loads((moved / "analysis" / name / "metrics.json").read_text())["provenance"]["source"]
+        assert Path(source).resolve() == (moved / "runs" / name / "last.pt").resolve()
+    with open(moved / "compare" / "compare.csv", newline="") as f:
+        sources = sorted(Path(row["source"]).resolve() for row in csv.DictReader(f))
+    assert sources == sorted((moved / "runs" / n / "last.pt").resolve() for n in trainers.demo.SIGMAS)
