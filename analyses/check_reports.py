@@ -196,13 +196,14 @@ def shown(path: Path) -> Path:
         return path
 
 
-def summary(results: dict[str, list[FileCheck] | str], committed: Path, rtol: float, atol: float) -> str:
+def summary(results: dict[str, list[FileCheck] | str], committed: Path, rtol: float, atol: float,
+            argv: list[str] | None = None) -> str:
     """The check as markdown: one line per report, then a table of every data file."""
     from trainers.provenance import code_version, machine_facts
 
     facts, version = machine_facts(), code_version()
     lines = ["# Do the committed reports reproduce?", "",
-             f"Written by `{PROG}` at commit {(version['git_commit'] or 'outside git')[:7]}"
+             f"Written by `{' '.join([PROG, *map(show_path, argv or [])])}` at commit {(version['git_commit'] or 'outside git')[:7]}"
              f"{' (uncommitted changes)' if version['git_dirty'] else ''}; this machine: {facts['cpu']}, "
              f"{facts['logical_cpus']} logical CPUs, torch {version['torch']} with {facts['cpu_kernels']} kernels. "
              f"Committed reports: `{show_path(shown(committed))}`. Numbers compared "
@@ -317,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    text = summary(results, args.committed, args.rtol, args.atol)
+    text = summary(results, args.committed, args.rtol, args.atol, raw)
     print(text, end="")
     if args.out is not None:
         tmp = args.out.with_name(f".{args.out.name}.partial")
