@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line, script_exit, show_path
+from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line, script_exit, show_path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = "python -m analyses.check_reports"
@@ -280,6 +280,7 @@ def check_inputs(args: argparse.Namespace, names: list[str]) -> None:
             raise InputError(f"--regenerated {show_path(args.regenerated)} has no {name}/ folder; regenerate it first, "
                              f"or leave --regenerated out")
     if args.work is not None:
+        check_utf8_out(args.work, "--work")  # the reports' commands refuse such folders, after the first has trained
         work = args.work.resolve()
         if work == args.committed.resolve() or args.committed.resolve() in work.parents:
             raise InputError(f"--work {show_path(args.work)} is inside the committed reports; choose a folder elsewhere")

@@ -77,11 +77,11 @@ def utf8_name(path: str | os.PathLike) -> bool:
     return True
 
 
-def check_utf8_out(out: str | os.PathLike) -> None:
-    """Refuse an output folder whose name is not UTF-8 (`utf8_name`), before any work: what is written there
-    could not be read back by pe-probe or named in its reports."""
+def check_utf8_out(out: str | os.PathLike, flag: str = "--out") -> None:
+    """Refuse an output folder (given as ``flag``) whose name is not UTF-8 (`utf8_name`), before any work:
+    what is written there could not be read back by pe-probe or named in its reports."""
     if not utf8_name(out):
-        raise InputError(f"--out {show_path(out)} is not a UTF-8 name; choose a name in UTF-8")
+        raise InputError(f"{flag} {show_path(out)} is not a UTF-8 name; choose a name in UTF-8")
 
 
 def torch_load_reason(e: BaseException) -> str:
@@ -98,8 +98,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     project's rule for bad input, shared by ``pe-probe`` and the ``python -m analyses...`` scripts."""
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message.splitlines()[0] if message else 'bad input'} "
-                         f"(see {self.prog} --help)\n")
+        line = f"{message.splitlines()[0] if message else 'bad input'}"
+        line = line.encode("utf-8", "backslashreplace").decode("utf-8")  # a raw non-UTF-8 path: \udcff, no crash
+        sys.stderr.write(f"{self.prog}: error: {line} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
 

@@ -14,7 +14,7 @@ import csv
 import shutil
 from pathlib import Path
 
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line, script_exit
+from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line, script_exit
 from pe_probe.output import check_out_dir, staged_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
+        check_utf8_out(args.runs, "--runs")  # else the demo would refuse it as its --out, a flag not given here
         check_out_dir(args.out, created_inputs=[args.runs])  # before training: replacing --out must not delete the runs
         summary = run_demo(args.runs, force=args.force)
         missing = [rel for rel in small_files(list(SIGMAS)) if not (args.runs / rel).is_file()]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.errors import OneLineArgumentParser
+from pe_probe.errors import OneLineArgumentParser, show_path, utf8_name
 
 CACHE_FILE = "analysis.json"
 CACHE_VERSION = 3  # 3: probe penalty by variance-weighted GCV, tie-aware neighbourhoods
@@ -89,7 +89,11 @@ def finished_runs(root: Path) -> list[Path]:
 
 def sweep_root_problem(root: Path) -> str | None:
     """Why ``root`` cannot be analysed (one line naming the fix), or None: it must be a folder holding at
-    least one finished run."""
+    least one finished run, named in UTF-8 (`pe_probe.errors.utf8_name`: its checkpoints' paths must go into
+    the tables)."""
+    if not utf8_name(root):
+        return (f"--root {show_path(root)} is not a UTF-8 name, which the analyses' tables cannot hold; rename the "
+                f"folder, or link it under a UTF-8 name (ln -s), and pass that")
     if root.exists() and not root.is_dir():
         return f"--root {root}: is a file, not a sweep folder; give the folder python -m analyses.lst.sweep --root wrote"
     if not root.is_dir():

@@ -38,7 +38,7 @@ from analyses.lst.study import CHANCE
 from analyses.lst.summary_stats import f3, fp, paired_ci, rsa_change, spearman
 from analyses.lst.tables import md_table
 from analyses.lst.verdicts import LARGE, SMALL
-from pe_probe.errors import InputError, OneLineArgumentParser
+from pe_probe.errors import InputError, OneLineArgumentParser, show_path, utf8_name
 from pe_probe.output import check_out_dir
 from trainers.provenance import describe_versions
 
@@ -451,7 +451,9 @@ BASE_COLUMNS = {"runs.csv": ("run", "epochs", "pe", "sigma", "seed", "group", "p
 
 def base_problem(root: Path) -> str | None:
     """Why ``root`` cannot serve as the main sweep of the cross-check (its ``analysis/runs.csv`` and
-    ``analyses.csv`` must be CSV tables with `BASE_COLUMNS`), or None."""
+    ``analyses.csv`` must be CSV tables with `BASE_COLUMNS`; the report names it, so in UTF-8), or None."""
+    if not utf8_name(root):
+        return "is not a UTF-8 name, which the report cannot hold; rename it, or link it under a UTF-8 name (ln -s)"
     if root.exists() and not root.is_dir():
         return "is a file, not a sweep folder"
     if not root.is_dir():
@@ -503,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     base_dir = Path(args.base if args.base is not None else DEFAULT_BASE) if args.base != "" else None
     why = base_problem(base_dir) if base_dir is not None else None
     if why and args.base is not None:  # named by the user: a usage error
-        p.error(f"--base {args.base} {why}; pass the main sweep's folder, or --base '' to skip the cross-check")
+        p.error(f"--base {show_path(args.base)} {why}; pass the main sweep's folder, or --base '' to skip the cross-check")
     try:
         check_out_dir(args.out, args.force, inputs=[root] + ([base_dir] if base_dir is not None else []))
     except InputError as e:

@@ -35,7 +35,7 @@ from pathlib import Path
 from analyses.lst.grid import GROUPS, PRESET_SETTINGS, NoTrainOption, RunSpec, build_grid
 from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line
 from trainers.console import print_line
 from trainers.train import SpeedOptions
 
@@ -79,9 +79,11 @@ def parse_groups(text: str) -> tuple[str, ...]:
 
 
 def check_folder(flag: str, path: str) -> None:
-    """A local folder that exists or can be made: not empty, not a file, not below a file."""
+    """A local folder that exists or can be made: not empty, not a file, not below a file, and named in UTF-8
+    (the runs trained there could not be analysed otherwise)."""
     if not path:
         raise InputError(f"{flag} '': give a folder")
+    check_utf8_out(path, flag)
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -216,6 +218,7 @@ def check_options(args: argparse.Namespace) -> None:
     if not url:
         check_folder("--root", args.root)
         return
+    check_utf8_out(args.root, "--root")
     check_folder("--state-dir", args.state_dir)  # grid.json and sweep.log of a URL root
     try:
         _, path, local = resolve(args.root)

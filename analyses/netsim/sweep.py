@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pandas as pd
 
-from pe_probe.errors import InputError, OneLineArgumentParser, first_line
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line, show_path, utf8_name
 from pe_probe.report.style import OKABE_ITO
 
 if TYPE_CHECKING:  # trainers imports torch: loaded where a function needs it
@@ -82,6 +82,8 @@ def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Pl
         p.error(f"--workers must be >= 1, got {args.workers}")
     plan = make_plan(p, args, scales, root)
     runs, out = plan.runs, plan.out
+    if not utf8_name(runs):  # its checkpoints' paths go into the analyses' tables
+        p.error(f"--runs {show_path(runs)} is not a UTF-8 name; choose a name in UTF-8")
     file = next((f for f in (runs, *runs.parents) if f.exists() and not f.is_dir()), None)
     if file is not None:
         where = f"--runs {runs}" + ("" if file == runs else f": {file}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from scipy import stats
 
 from analyses.lst import length as LEN
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, show_path
 
 ARMS = (("learned", 0.01), ("learned", 0.1), ("learned", 2.0), ("sin2d", None))
 EPOCHS = (4, 8)
@@ -257,12 +258,15 @@ def _base_folder(path: Path, with_tables: bool = True) -> Path:
 
 
 @pytest.mark.parametrize("make,says", [(lambda p: p, "does not exist"),
-                                       (lambda p: _base_folder(p, with_tables=False), "has no analysis/runs.csv")])
+                                       (lambda p: _base_folder(p, with_tables=False), "has no analysis/runs.csv"),
+                                       (lambda p: _base_folder(Path(os.fsdecode(bytes(p) + b"\xff"))),
+                                        "is not a UTF-8 name")])
 def test_a_named_base_that_cannot_serve_is_a_usage_error_before_any_work(tmp_path, cli, capsys, make, says):
     root, calls = cli
     base = make(tmp_path / "main")
     code, err = _main(["--root", str(root), "--base", str(base), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and f"--base {base} {says}" in err and "--base '' to skip" in err and len(err.splitlines()) == 1
+    assert code == 2 and f"--base {show_path(base)} {says}" in err and "--base '' to skip" in err
+    assert len(err.splitlines()) == 1
     assert not calls and not (tmp_path / "out").exists() and not (root / "analysis").exists()
 
 
