@@ -155,8 +155,11 @@ def eval_columns(metrics: Any) -> dict[str, Any]:
 
 
 class _Skipped:
-    """Stands for a source that records no PE table (relative, RoPE or no PE: `NoPETableError`), left
-    out of the comparison (an instance, not a sentinel object: it crosses Ray's process boundary)."""
+    """Stands for a source that has no PE table (relative, RoPE or no PE: `NoPETableError`), left out of the
+    comparison (an instance, not a sentinel object: it crosses Ray's process boundary); ``reason`` says why."""
+
+    def __init__(self, reason: str = "no PE table"):
+        self.reason = reason
 
 
 def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
@@ -165,8 +168,8 @@ def _analyze_one(path: Path, ground_truth, analyze_kwargs: dict):
 
     try:
         return analyze_source(path, ground_truth, **analyze_kwargs)
-    except NoPETableError:
-        return _Skipped()
+    except NoPETableError as e:
+        return _Skipped(e.reason)
     except InputError as e:  # among many sources, say which one ("ground truth has 16 positions..." alone does not)
         label = show_path(path)
         if label in str(e):
@@ -270,7 +273,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     skips: list[str] = []  # said once a source is kept: if none is, the error alone says it (one line)
     for src, result in zip(bar, results):
         if isinstance(result, _Skipped):
-            skips.append(f"pe-probe: skipping {src.label}: no PE table to compare (its pe_params is empty)\n")
+            skips.append(f"pe-probe: skipping {src.label}: no PE table to compare ({result.reason})\n")
             if rows:
                 sys.stderr.write(skips.pop())
             continue
@@ -299,9 +302,11 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
         del result
     results.close()  # stops a Ray instance started for this call (on an error: when the generator is freed)
     if not rows:
-        raise InputError("no source has a PE table to compare (relative, RoPE and no-PE runs record none); "
-                         "pass runs with learned or sinusoidal tables")
+        raise InputError("no source has a PE table to compare (relative, RoPE and no-PE runs record none, and models "
+                         "whose config says they have none); pass runs or models with learned or sinusoidal tables")
     frame = pd.DataFrame(rows)
+    if by is not None:
+        _blank_ignored_init(frame, by)
     if trajectory and frame["step"].isna().any():
         frame["step"] = frame["step"].fillna(pd.Series(range(len(frame)), dtype=float))
 
@@ -309,6 +314,32 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
         _write_outputs(staging, frame, by=by, trajectory=trajectory, formats=formats,
                        traj=(traj_method, traj_embeddings, first[2] if first else None))
     return frame
+
+
+def _blank_ignored_init(frame, by: str) -> None:
+    """By ``pe.init_std`` or ``pe.init``: blank (NaN) the value of the rows whose PE ignores it (a fixed table,
+    RoPE, no PE; a zero-initialised table for init_std), which the trainer records at its default (σ 0.1) so
+    that identical models get identical configs. Left as recorded, a sin2d run sat at σ 0.1 in every figure and
+    correlation against σ. A note on stderr says how many rows were blanked."""
+    if by not in ("pe.init_std", "pe.init") or "pe.kind" not in frame.columns:
+        return
+    import pandas as pd
+
+    from trainers.pe import TABLE_INIT_KINDS, init_matters
+
+    kinds = frame["pe.kind"].astype(str)
+    inits = frame["pe.init"].astype(str) if "pe.init" in frame.columns else pd.Series("normal", index=frame.index)
+    if by == "pe.init":
+        ignored = ~kinds.isin(TABLE_INIT_KINDS)
+    else:
+        ignored = ~pd.Series([init_matters(k, i) for k, i in zip(kinds, inits)], index=frame.index, dtype=bool)
+    ignored &= frame["pe.kind"].notna()  # a source with no config (a raw table) keeps what it has
+    if ignored.any():
+        frame[by] = frame[by].astype(object if by == "pe.init" else float).where(~ignored)
+        which = ", ".join(sorted(set(kinds[ignored])))
+        sys.stderr.write(f"pe-probe: note: {int(ignored.sum())} of {len(frame)} sources have a PE that ignores {by} "
+                         f"({which}); their {by} is left blank in compare.csv and out of the figures and correlations "
+                         f"against it\n")
 
 
 def _write_outputs(folder: Path, frame, *, by: str | None, trajectory: bool, formats: Sequence[str], traj) -> None:

@@ -23,8 +23,13 @@ class InputError(ValueError):
 
 class NoPETableError(InputError):
     """The checkpoint records that its positional encoding is not a table of positions (``pe_params``
-    is ``[]``: relative, RoPE or no PE): there is nothing to analyse unless a tensor is named.
-    `pe_probe.compare.compare` skips such sources."""
+    is ``[]``: relative, RoPE or no PE), or a model's config or tensor names show it has none: there is nothing
+    to analyse unless a tensor is named. `pe_probe.compare.compare` skips such sources, saying ``reason``
+    (a short phrase: "its pe_params is empty", "rotary position embeddings, from model_type llama")."""
+
+    def __init__(self, message: str = "", prog: str | None = None, reason: str = "no PE table"):
+        super().__init__(message, prog)
+        self.reason = reason
 
 
 def first_line(e: BaseException) -> str:

@@ -688,7 +688,8 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
         kind = pe_cfg.get("kind") if isinstance(pe_cfg, dict) else None
         raise NoPETableError(f"{src}: this checkpoint records no PE table (pe_params is empty"
                              f"{f'; its PE kind is {kind}' if kind else ''}: not a table of positions); "
-                             f"pass --param NAME to analyse one of its tensors anyway")
+                             f"pass --param NAME to analyse one of its tensors anyway",
+                             reason=f"its pe_params is empty{f'; PE kind {kind}' if kind else ''}")
     if pe_params:
         missing = [p for p in pe_params if p not in store.shapes]
         if missing:
@@ -705,13 +706,15 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
                 if rule(n) and len(store.shapes[n]) >= min_dims and not _NOT_ABSOLUTE.search(n)]
         if hits:
             return _layer_order(hits, src)
-    if len(store.shapes) == 1 and tables:
-        return tables  # a file that holds one float (or complex, quantized) tensor: that is the table
     why = _no_table_reason(store, meta.get("config"))
+    if len(store.shapes) == 1 and tables and not why:
+        return tables  # a file that holds one float (or complex, quantized) tensor: that is the table, unless its
+        # config or name says the model has none (a Llama folder holding only embed_tokens: the token table)
     if why:
         raise NoPETableError(f"{src}: no positional-encoding table found: this model has no absolute PE table "
                              f"({why}), so there is nothing to analyse; pass --param NAME to analyse one of its "
-                             f"tensors anyway (candidates: {_listing(_candidates(store))})")
+                             f"tensors anyway (candidates: {_listing(_candidates(store))})",
+                             reason=f"the model has no absolute PE table: {why}")
     raise InputError(f"{src}: no positional-encoding table found automatically; pass --param NAME "
                      f"(candidates: {_listing(_candidates(store))})")
 

@@ -219,6 +219,26 @@ def test_no_absolute_table_from_tensor_names_and_on_the_command_line(tmp_path, r
     assert not isinstance(e.value, NoPETableError)
 
 
+@pytest.mark.parametrize("config, name, rows, why", [
+    ({"model_type": "llama"}, "model.embed_tokens.weight", 50, "rotary position embeddings, from model_type llama"),
+    ({"model_type": "t5"}, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, "relative"),
+    (None, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, "relative"),
+])
+def test_a_lone_tensor_is_not_taken_for_the_table_when_the_model_has_none(tmp_path, rng, capsys, config, name, rows,
+                                                                          why) -> None:
+    """A folder or file holding one tensor was analysed as its PE table even when its config or the tensor's
+    name says the model has no absolute table (a Llama folder with only its token embeddings: exit 0)."""
+    from pe_probe.cli import main
+
+    tensors = {name: _t(rng, rows, 8)}
+    path = _folder(tmp_path, config, tensors) if config else _loose(tmp_path, tensors, "lone.safetensors")
+    with pytest.raises(NoPETableError, match=f"no absolute PE table \\({why}"):
+        load_table(path)
+    assert main(["analyze", str(path), "-g", f"line:{rows}", "--out", str(tmp_path / "out")]) == 2
+    assert "no absolute PE table" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert load_table(path, param=name).table.shape == (rows, 8)  # --param still takes it
+
+
 def test_esm_rope_theta_does_not_hide_its_absolute_table(tmp_path, rng) -> None:
     """Newer configs carry rope_theta even for an absolute table: a table that exists is still analysed."""
     config = {"model_type": "esm", "position_embedding_type": "absolute", "rope_theta": 10000.0,

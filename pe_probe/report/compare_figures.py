@@ -157,12 +157,16 @@ def generalization_frame(frame, metrics: Sequence[str], gen_key: str, by: str | 
 
 def generalization_figure(gframe, metrics: Sequence[str], gen_key: str, by: str | None):
     """Generalization against each identifiability metric across models, Spearman ρ in each title."""
+    import matplotlib
     fig, axes = _grid(len(metrics))
     colour_by = by if by and by in gframe.columns and is_numeric(gframe[by]) else None
     sc = None
     for ax, metric in zip(axes, metrics):
         sub = gframe[gframe["metric"] == metric]
-        kw = {"c": sub[colour_by].to_numpy(dtype=float), "cmap": SEQUENTIAL_CMAP} if colour_by else {"color": OKABE_ITO[4]}
+        # a model without a value (a fixed PE, by pe.init_std): drawn grey, not dropped
+        kw = ({"c": sub[colour_by].to_numpy(dtype=float), "plotnonfinite": True,
+               "cmap": matplotlib.colormaps[SEQUENTIAL_CMAP].with_extremes(bad="0.65")}
+              if colour_by else {"color": OKABE_ITO[4]})
         sc = ax.scatter(sub["value"], sub[gen_key], s=10, linewidths=0, **kw)
         rho, p, n = spearman(sub["value"], sub[gen_key])
         ax.set_title(f"Spearman ρ = {rho:.2f}\np = {p:.2g}, n = {n}" if np.isfinite(rho) else f"ρ undefined\nn = {n}",

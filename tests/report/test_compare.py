@@ -204,10 +204,53 @@ def test_sources_without_a_pe_table_are_skipped(noise_sweep, tmp_path, capsys, a
     assert len(frame) == 2 and capsys.readouterr().err.count("skipping relative") == 1  # said once a source is kept
     frame = compare([rel, noise_sweep[0], noise_sweep[1]], tmp_path / "out", progress=False,
                     analyze_kwargs={"n_perm": 0, "n_boot": 0}, formats=("png",))
-    assert len(frame) == 2 and capsys.readouterr().err.count("skipping relative") == 1  # held, then said
+    err = capsys.readouterr().err
+    assert len(frame) == 2 and err.count("skipping relative") == 1  # held, then said
+    assert "skipping relative: no PE table to compare (its pe_params is empty; PE kind relative)" in err
+    # a Hugging Face folder has no pe_params: its config says why (it used to be told its pe_params is empty)
+    from safetensors.torch import save_file
+
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text('{"model_type": "llama", "rope_theta": 10000.0}')
+    save_file({"model.embed_tokens.weight": torch.randn(50, 8),
+               "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 8)}, str(llama / "model.safetensors"))
+    frame = compare([noise_sweep[0], llama], tmp_path / "out", progress=False, force=True,
+                    analyze_kwargs={"n_perm": 0, "n_boot": 0}, formats=("png",))
+    err = capsys.readouterr().err
+    assert len(frame) == 1 and "skipping llama: no PE table to compare (the model has no absolute PE table: rotary" in err
+    assert "pe_params" not in err
     with pytest.raises(InputError, match="no source has a PE table"):
         compare([rel, tmp_path / "relative2.pt"], tmp_path / "none", progress=False, analyze_kwargs={"n_perm": 0})
     assert not (tmp_path / "none").exists() and "skipping" not in capsys.readouterr().err  # the error alone: one line
+
+
+def test_by_init_std_leaves_out_the_pes_that_ignore_it(tmp_path, capsys, analyze_source_available):
+    """A fixed PE's config records the default σ 0.1 (identical models, identical configs): compared by
+    pe.init_std it sat at σ 0.1 in compare.csv, the figures and the correlations against σ."""
+    g = grid_coords(6, 6)
+    paths = []
+    for i, (kind, init, std, noise) in enumerate([("learned", "normal", 0.1, 0.0), ("learned", "normal", 0.5, 1.0),
+                                                 ("learned", "normal", 2.0, 4.0), ("learned", "normal", 0.1, 0.5),
+                                                 ("sin2d", "normal", 0.1, 8.0), ("learned", "zeros", 0.1, 8.0)]):
+        p = tmp_path / f"run{i}.pt"
+        write_checkpoint(p, planted(6, noise, i), g, (6, 6), config={"pe": {"kind": kind, "init": init, "init_std": std}},
+                         metrics={"test_acc": 1.0 - noise / 10})
+        paths.append(p)
+    frame = compare(paths, tmp_path / "out", by="pe.init_std", analyze_kwargs=FAST, progress=False, formats=("png",))
+    err = capsys.readouterr().err
+    assert "2 of 6 sources have a PE that ignores pe.init_std (learned, sin2d)" in err
+    csv = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert csv["pe.init_std"].isna().tolist() == [False] * 4 + [True] * 2
+    assert frame["pe.init_std"].isna().sum() == 2
+    corr = pd.read_csv(tmp_path / "out" / "correlations.csv")
+    assert corr[(corr.x == "pe.init_std") & (corr.y == "rsa_spearman")]["n"].item() == 4
+    assert corr[(corr.x == "rsa_spearman") & (corr.y == "eval.test_acc")]["n"].item() == 6  # all models here
+    summ = pd.read_csv(tmp_path / "out" / "figures" / "metrics_vs_pe.init_std.csv")
+    assert summ[(summ.metric == "rsa_spearman") & (summ["pe.init_std"] == 0.1)]["n"].item() == 2
+    # by another key nothing is blanked
+    frame = compare(paths, tmp_path / "out2", by="pe.kind", analyze_kwargs=FAST, progress=False, formats=("png",))
+    assert "ignores" not in capsys.readouterr().err and frame["pe.init_std"].notna().all()
 
 
 def test_rows_say_which_table_they_measured(tmp_path, capsys, analyze_source_available):
