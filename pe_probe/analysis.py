@@ -244,9 +244,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
             notes.append(f"bootstrap CI from {boot_valid} of {n_boot} resamples: the others drew too few distinct "
                          f"positions for a correlation (likely with N={n}); read the CI as rough")
         if n_boot < MIN_BOOT_CI:
-            notes.append(f"bootstrap CI from only {n_boot} resamples: its ends are the most extreme resamples, "
-                         f"not 2.5% / 97.5% percentiles (fewer than {MIN_BOOT_CI}), so it is unreliable; use "
-                         f"n_boot >= 1000 (--n-boot)")
+            notes.append(f"bootstrap CI from only {n_boot} resamples: each end falls between the two most extreme "
+                         f"resamples on its side, not at a 2.5% / 97.5% percentile (fewer than {MIN_BOOT_CI}), so it "
+                         f"is unreliable; use n_boot >= 1000 (--n-boot)")
         if bt.method == "rank-cached":
             notes.append(f"bootstrap CI by the rank-cached approximation (N={n} > {stats.EXACT_BOOTSTRAP_MAX_N}): "
                          "it keeps full-sample ranks, which leaves out their own resampling noise: its CI width "

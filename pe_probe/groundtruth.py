@@ -272,11 +272,15 @@ def _parse_builtin(text: str, kind: str, sizes: str) -> GroundTruth:
 def _from_file(text: str) -> GroundTruth:
     path = Path(text)
     suffix = path.suffix.lower()
-    if suffix not in (".npy", ".csv", ".txt"):
+    known = suffix in (".npy", ".csv", ".txt")
+    if not known and not path.exists():
         raise InputError(f"unknown ground truth {text!r}: use {ACCEPTED_FORMS}")
-    check_not_special(path, "ground truth")
+    check_not_special(path, "ground truth")  # /dev/zero, a pipe: said as such, whatever the suffix
     if path.is_dir():
         raise InputError(f"ground truth {text} is a folder; give a .npy, .csv or .txt file or one of {ACCEPTED_FORMS}")
+    if not known:
+        raise InputError(f"ground truth {show_path(path)}: pe-probe reads .npy, .csv or .txt files; save the "
+                         f"coordinates as one of those, or use one of {ACCEPTED_FORMS}")
     if not path.is_file():
         raise InputError(f"ground truth file {text} not found; give an existing file or one of {ACCEPTED_FORMS}")
     if suffix == ".npy":

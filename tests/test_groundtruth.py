@@ -154,6 +154,18 @@ def test_missing_file_and_unknown_spec(tmp_path) -> None:
         parse_ground_truth("circle:5")
 
 
+def test_an_existing_path_of_another_kind_says_what_it_is(tmp_path) -> None:
+    """/dev/zero, a folder or a .dat file was an 'unknown ground truth' spec; each now gets its own reason."""
+    with pytest.raises(InputError, match="not a regular file"):
+        parse_ground_truth("/dev/zero")
+    (tmp_path / "coords").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        parse_ground_truth(tmp_path / "coords")
+    (tmp_path / "coords.dat").write_text("0 0\n1 1\n")
+    with pytest.raises(InputError, match="reads .npy, .csv or .txt files; save the coordinates"):
+        parse_ground_truth(tmp_path / "coords.dat")
+
+
 def test_object_npy_is_not_unpickled(tmp_path) -> None:
     np.save(tmp_path / "o.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     with pytest.raises(InputError, match="not a plain numeric"):
