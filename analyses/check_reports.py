@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line, script_exit, show_path
+from pe_probe.errors import (InputError, OneLineArgumentParser, check_utf8_out, first_line, os_error_message,
+                             script_exit, show_path)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = "python -m analyses.check_reports"
@@ -78,7 +79,23 @@ class _Walk:
 
     def note(self, where: str, a: Any, b: Any) -> None:
         if not self.first:
-            self.first.append(f"{where}: {a!r} committed, {b!r} regenerated")
+            self.first.append(_first_difference(where, a, b))
+
+
+EXCERPT = 60  # characters of a long value shown around its first difference
+
+
+def _first_difference(where: str, a: Any, b: Any) -> str:
+    """``WHERE: A committed, B regenerated``, each value's repr cut to a window around the first character
+    (or byte) where they differ, so that a file compared as text does not fill the summary's table cell."""
+    if isinstance(a, (str, bytes)) and type(a) is type(b) and max(len(a), len(b)) > EXCERPT:
+        i = next((k for k, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
+        lo = max(0, i - EXCERPT // 3)
+        a, b = a[lo:lo + EXCERPT], b[lo:lo + EXCERPT]
+        where = f"{where} at {'byte' if isinstance(a, bytes) else 'character'} {i}"
+        return f"{where}: {'…' if lo else ''}{a!r}… committed, {'…' if lo else ''}{b!r}… regenerated"
+    shown = [repr(v) if len(repr(v)) <= 2 * EXCERPT else repr(v)[:2 * EXCERPT] + "…" for v in (a, b)]
+    return f"{where}: {shown[0]} committed, {shown[1]} regenerated"
 
 
 def as_number(value: Any) -> float | None:
@@ -154,10 +171,14 @@ def compare_file(committed: Path, regenerated: Path, rel: str, rtol: float = DEF
     """Compare one data file; a file that does not parse is compared as text."""
     try:
         a, b = read_data(committed), read_data(regenerated)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested past Python's stack
         a, b = committed.read_bytes(), regenerated.read_bytes()
     walk = _Walk(rtol, atol)
-    compare_values(a, b, "", walk)
+    try:
+        compare_values(a, b, "", walk)
+    except RecursionError:
+        walk = _Walk(rtol, atol)
+        compare_values(committed.read_bytes(), regenerated.read_bytes(), "", walk)
     if walk.structural or walk.differing:
         status = "differs"
     elif walk.unequal:
@@ -279,17 +300,58 @@ def check_inputs(args: argparse.Namespace, names: list[str]) -> None:
         if args.regenerated is not None and not (args.regenerated / name).is_dir():
             raise InputError(f"--regenerated {show_path(args.regenerated)} has no {name}/ folder; regenerate it first, "
                              f"or leave --regenerated out")
-    if args.work is not None:
-        check_utf8_out(args.work, "--work")  # the reports' commands refuse such folders, after the first has trained
-        work = args.work.resolve()
-        if work == args.committed.resolve() or args.committed.resolve() in work.parents:
-            raise InputError(f"--work {show_path(args.work)} is inside the committed reports; choose a folder elsewhere")
     for flag in ("rtol", "atol"):
         value = getattr(args, flag)
         if not (math.isfinite(value) and value >= 0):
             raise InputError(f"--{flag} {value} must be a finite number >= 0")
-    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
-        raise InputError(f"--out {show_path(args.out)}: name a file in an existing folder")
+    if args.out is not None:
+        check_summary_file(args.out)
+    if args.work is not None:
+        check_utf8_out(args.work, "--work")  # the reports' commands refuse such folders, after the first has trained
+        try:
+            work = args.work.resolve()
+        except RuntimeError:  # Python 3.11: a symbolic link loop
+            raise InputError(f"--work {show_path(args.work)}: the path loops through symbolic links; check them") from None
+        if work == args.committed.resolve() or args.committed.resolve() in work.parents:
+            raise InputError(f"--work {show_path(args.work)} is inside the committed reports; choose a folder elsewhere")
+        if args.regenerated is None:  # made last: nothing else can refuse the command after it exists
+            _made(args.work, "--work")
+
+
+def _made(folder: Path, flag: str) -> None:
+    """Make ``folder`` (a usage error, one line, when the path cannot be a folder: a file, below a file, no
+    permission, a dangling link)."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{flag} {show_path(folder)} is a file, not a folder; choose a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a dangling symbolic link
+        raise InputError(f"{flag} {show_path(folder)} is a symbolic link to nothing; remove it or choose a folder") from None
+    except OSError as e:
+        message = os_error_message(e)
+        if message is None:
+            raise
+        raise InputError(f"{flag} {message}") from None
+
+
+def check_summary_file(out: Path) -> None:
+    """Refuse, before any work, an --out the summary could not be written to: a folder, a missing folder, a name
+    too long for its staging file (``.NAME.partial``), a place it may not write (tried with that file)."""
+    if out.is_dir() or not out.parent.is_dir():
+        raise InputError(f"--out {show_path(out)}: name a file in an existing folder")
+    tmp = out.with_name(f".{out.name}.partial")
+    if len(tmp.name.encode("utf-8", "surrogateescape")) > 255:
+        raise InputError(f"--out name {out.name[:40]}... is too long: the summary is staged beside it as "
+                         f".NAME.partial, and names are limited to 255 bytes; use a shorter one")
+    try:
+        tmp.touch()
+        tmp.unlink()
+    except OSError as e:
+        e.filename = os.fspath(out)  # the user's name, not the staging file's
+        message = os_error_message(e)
+        if message is None:
+            raise
+        raise InputError(f"--out {message}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.regenerated is not None:
         source = args.regenerated
     elif args.work is not None:
-        source = args.work
-        source.mkdir(parents=True, exist_ok=True)
+        source = args.work  # made by check_inputs
     else:
         source = scratch = Path(tempfile.mkdtemp(prefix="pe-probe-check-"))
     try:

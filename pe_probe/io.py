@@ -581,9 +581,9 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
         if not isinstance(pe_params, (list, tuple)) or not all(isinstance(n, str) for n in pe_params):
             raise InputError(f"{path_shown}: its 'pe_params' is not a list of tensor names; re-save the checkpoint, "
                              f"or pick the table with --param NAME")
-        meta.update(source_kind="pe-probe-checkpoint", config=config,
+        meta.update(source_kind="pe-probe-checkpoint", config=plain_meta(config, "config", path_shown),
                     pe_params=list(pe_params), step=_int_or_none(obj.get("step")),
-                    epoch=_int_or_none(obj.get("epoch")), metrics=obj.get("metrics"))
+                    epoch=_int_or_none(obj.get("epoch")), metrics=plain_meta(obj.get("metrics"), "metrics", path_shown))
         if obj.get("ground_truth") is not None:
             try:
                 meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"], source=path_shown)
@@ -634,9 +634,12 @@ def _torch_store(tensors: dict[str, Any], where: str = "") -> _Store:
             return "c"
         return "b" if t.dtype == torch.bool else "i"
 
-    problems = {n: f"is a sparse tensor ({str(t.layout).replace('torch.', '')} layout, shape {tuple(t.shape)}), which "
-                   f"pe-probe does not read; save it dense (tensor.to_dense()) and pass that file"
-                for n, t in tensors.items() if t.layout != torch.strided}
+    nested = {n for n, t in tensors.items() if t.is_nested}  # ragged: no shape at all (t.shape raises)
+    problems = {n: "is a nested (ragged) tensor, which pe-probe does not read; save its parts as separate dense "
+                   "tensors and pass --param NAME for the one to analyse" for n in nested}
+    problems.update({n: f"is a sparse tensor ({str(t.layout).replace('torch.', '')} layout, shape {tuple(t.shape)}), which "
+                        f"pe-probe does not read; save it dense (tensor.to_dense()) and pass that file"
+                     for n, t in tensors.items() if n not in nested and t.layout != torch.strided})
     problems.update({n: f"is a tensor on the 'meta' device (shape {tuple(t.shape)}, no values stored), which has nothing to "
                         f"analyse; save the real weights (e.g. after loading them onto the CPU)"
                      for n, t in tensors.items() if t.is_meta})
@@ -658,7 +661,8 @@ def _torch_store(tensors: dict[str, Any], where: str = "") -> _Store:
             t = t.float()  # bfloat16 / float8 have no numpy dtype
         return t.numpy()
 
-    return _Store({n: tuple(t.shape) for n, t in tensors.items()}, {n: kind(t) for n, t in tensors.items()}, read,
+    return _Store({n: () if n in nested else tuple(t.shape) for n, t in tensors.items()},
+                  {n: kind(t) for n, t in tensors.items()}, read,
                   {n: str(t.dtype).replace("torch.", "") for n, t in tensors.items()}, problems)
 
 
@@ -1094,9 +1098,53 @@ def _read_json(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested deeper than Python's JSON reader can follow; not a model's config or index "
+                         f"(replace the file)") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
-    return data
+    return plain_meta(data, path.name, show_path(path))
+
+
+MAX_META_DEPTH = 64  # levels of nesting in a config or metrics mapping: real ones have a few
+
+
+def plain_meta(value: Any, what: str, where: str) -> Any:
+    """A checkpoint's ``config`` or ``metrics`` (or a config.json) as plain JSON values, which the reports write
+    and ``compare`` groups by: a tensor becomes its number or list of numbers (a string past 10,000 elements),
+    a set a sorted list, bytes and complex numbers strings, mapping keys strings. torch's safe loader accepts
+    all of these, and ``analyze --out`` then failed writing metrics.json with a traceback. Nesting deeper than
+    `MAX_META_DEPTH` levels is refused (one line) rather than overflowing Python's stack later."""
+    import numpy as np
+    import torch
+
+    def plain(v: Any, depth: int) -> Any:
+        if depth > MAX_META_DEPTH:
+            raise InputError(f"{where}: its {what} is nested deeper than {MAX_META_DEPTH} levels, which no real config "
+                             f"has; re-save it with a plain {what}")
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, dict):
+            return {str(k): plain(x, depth + 1) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x, depth + 1) for x in v]
+        if isinstance(v, (set, frozenset)):
+            return [plain(x, depth + 1) for x in sorted(v, key=repr)]
+        if isinstance(v, torch.Tensor):
+            dtype = str(v.dtype).replace("torch.", "")
+            if v.is_nested or v.layout != torch.strided or v.is_meta or v.numel() > 10_000:
+                return f"a {dtype} tensor pe-probe does not read into a config"
+            t = v.detach().cpu()
+            if t.is_complex():
+                return str(t.resolve_conj().tolist())
+            return plain((t.double() if t.is_floating_point() else t).tolist(), depth)  # float8/bf16 have no tolist
+        if isinstance(v, np.generic):
+            return plain(v.item(), depth)
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "backslashreplace")
+        return str(v)  # complex, torch.Size, dtypes, anything else the safe loader allows
+
+    return plain(value, 0)
 
 
 # safetensors dtypes pe-probe reads: through numpy, or through torch (widened to float32). Others (F4, F6_E2M3,

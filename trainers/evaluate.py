@@ -199,6 +199,9 @@ def checked_coords(gt: Any, path: Any, want: tuple[int, int] | None = None, what
     coords = gt.get("coords") if isinstance(gt, dict) else None
     if not isinstance(coords, Tensor):
         raise InputError(f"{path}: its ground_truth has no coords tensor; {_EDITED}")
+    if coords.is_nested:
+        raise InputError(f"{path}: its ground_truth coords are a nested (ragged) tensor, not {what} {want[0]} x "
+                         f"{want[1]} positions; {_EDITED}")
     if coords.layout != torch.strided or coords.is_complex() or tuple(coords.shape) != tuple(want):
         layout = "" if coords.layout == torch.strided else str(coords.layout).replace("torch.", "") + " "
         raise InputError(f"{path}: its ground_truth coords are a {layout}{str(coords.dtype).replace('torch.', '')} "
@@ -214,10 +217,14 @@ def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
     """Refuse a config whose sizes (d_model, layers, MLP width; ``n_in`` input features a token) differ from
     the stored weights' shapes, before the model is built: building the config's model is what would cost
     the memory."""
-    from pe_probe.errors import InputError
+    from pe_probe.errors import InputError, show_path
 
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise InputError(f"{path}: its 'model' is not a dict of tensors; {_EDITED}")
+    ragged = next((k for k, v in state.items() if v.is_nested), None)  # has no shape: t.shape raises
+    if ragged is not None:
+        raise InputError(f"{path}: its weight {show_path(ragged)} is a nested (ragged) tensor, which no model of ours "
+                         f"holds; {_EDITED}")
     m = cfg.model
     blocks = {int(k.split(".")[1]) for k in state if k.startswith("blocks.") and k.split(".")[1].isdigit()}
     implied = {"embed.weight": (m.d_model, n_in),
@@ -247,6 +254,8 @@ def check_finite_weights(state: dict[str, Tensor], path: Any) -> None:
         if (t.layout != torch.strided or t.device.type == "meta" or t.numel() > MAX_PARAMS
                 or not (t.is_floating_point() or t.is_complex())):
             continue
+        if t.is_floating_point() and t.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            t = t.float()  # float8: torch has no isfinite for it
         if not bool(torch.isfinite(t).all()):
             bad = "NaN" if bool(torch.isnan(t).any()) else "Inf"
             raise InputError(f"{path}: its weight {name} holds {bad}: the run diverged or the file is damaged; "

@@ -347,10 +347,21 @@ class RunDirRefused(InputError):
 
 
 def _read_config(out: Path) -> dict[str, Any]:
+    from pe_probe.errors import InputError
+    from pe_probe.io import MAX_META_DEPTH, plain_meta
+
+    fix = f"use --force to restart the run in {out}"
+    too_deep = RunDirRefused(out / CONFIG_FILE, f"is nested deeper than {MAX_META_DEPTH} levels, not a run's config", fix)
     try:
-        return json.loads((out / CONFIG_FILE).read_text())
+        data = json.loads((out / CONFIG_FILE).read_text())
     except ValueError:
-        raise RunDirRefused(out / CONFIG_FILE, "is not valid JSON", f"use --force to restart the run in {out}") from None
+        raise RunDirRefused(out / CONFIG_FILE, "is not valid JSON", fix) from None
+    except RecursionError:
+        raise too_deep from None
+    try:
+        return plain_meta(data, CONFIG_FILE, str(out / CONFIG_FILE))  # also what config_differences can walk
+    except InputError:
+        raise too_deep from None
 
 
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:

@@ -147,16 +147,42 @@ def test_a_failed_regeneration_is_reported_and_exits_1(tmp_path, monkeypatch, ca
     (["--reports", "netsim", "--rtol", "-1"], "--rtol -1.0 must be"),
     (["--reports", "netsim", "--atol", "nan"], "--atol nan must be"),
     (["--reports", "netsim", "--out", "NODIR/x.md"], "name a file in an existing folder"),
+    (["--reports", "netsim", "--out", "a" * 250 + ".md"], "is too long: the summary is staged beside it"),
+    (["--reports", "netsim", "--out", "/proc/x.md"], "--out /proc/x.md: No such file or directory"),
+    (["--reports", "netsim", "--work", "FILE"], "--work FILE is a file, not a folder"),
+    (["--reports", "netsim", "--work", "FILE/sub"], "a part of the path is a file, not a folder"),
+    (["--reports", "netsim", "--work", "LOOP"], "the path loops through symbolic links"),
+    (["--reports", "netsim", "--work", "DANGLING"], "is a symbolic link to nothing"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, monkeypatch, capsys, extra, message):
+    """The --work and --out cases were tracebacks (exit 1), --out's only after every comparison was made."""
     committed, _ = _copies(tmp_path)
     monkeypatch.setattr(check_reports, "regenerate", lambda name, work: pytest.fail("regenerated on bad input"))
-    extra = [str(tmp_path / e) if e in ("MISSING", "NODIR/x.md") else e for e in extra]
+    (tmp_path / "FILE").write_text("mine")
+    (tmp_path / "LOOP").symlink_to(tmp_path / "LOOP2")
+    (tmp_path / "LOOP2").symlink_to(tmp_path / "LOOP")
+    (tmp_path / "DANGLING").symlink_to(tmp_path / "nowhere")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    extra = [str(tmp_path / e) if e.split("/")[0] in ("MISSING", "NODIR", "FILE", "LOOP", "DANGLING") or
+             e.startswith("aaa") else e for e in extra]
+    message = message.replace("FILE", str(tmp_path / "FILE"))
     with pytest.raises(SystemExit) as exc:
         main(["--committed", str(committed), *extra])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no --work folder, no .partial file
+
+
+def test_the_first_difference_of_a_file_compared_as_text_is_a_short_excerpt(tmp_path):
+    """A file that does not parse is compared as bytes: its first difference was the whole file in a table cell."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, tail in ((a, b"X"), (b, b"Y")):
+        folder.mkdir()
+        (folder / "broken.json").write_bytes(b"{" + b"0" * 5000 + tail + b"1" * 5000)
+    check = compare_file(a / "broken.json", b / "broken.json", "broken.json")
+    assert not check.ok and len(check.first) < 300, check.first
+    assert check.first.startswith("value at byte 5001: …b'") and "X" in check.first and "Y" in check.first
 
 
 def test_work_inside_the_committed_reports_is_refused(tmp_path, capsys):
