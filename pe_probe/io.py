@@ -182,6 +182,9 @@ class LazyState(Mapping):
             label = _tensor_label(self._meta, name)
             if name in self.store.problems:
                 raise InputError(f"{label}: {self.store.problems[name]}")
+            if self.store.kinds[name] == "c":  # a view's float64 arithmetic would drop the imaginary part
+                raise InputError(f"{label}: is a complex tensor ({self.store.dtypes.get(name, 'complex')}), not a real "
+                                 f"model weight; save the model's real weights")
             check_tensor_bytes(self.store.shapes[name], label)  # claimed size first: views widen to float64
             self._read[name] = self.store.read(name)
         return self._read[name]

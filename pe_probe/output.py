@@ -37,7 +37,7 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     folder (`owning_folder`: RUN/last.pt, RUN/checkpoints/step-N.pt, MODEL/model.safetensors) makes that
     folder an input folder too: its other parts (RUN/checkpoints) are not replaced, --force or not. Inputs
     are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
-    ``..`` in it is checked, and returned, as the folder it names."""
+    ``..`` in it, or a symbolic link to a folder, is checked, and returned, as the folder it names."""
     out = Path(out)
     check_utf8_out(out)
     try:
@@ -48,7 +48,9 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     if out.is_symlink() and not out.exists():
         raise InputError(f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist; remove the link "
                          f"or choose another path")
-    if ".." in out.parts:  # RUN/x/../checkpoints is RUN/checkpoints, whether or not RUN/x exists
+    if ".." in out.parts or (out.is_symlink() and out.is_dir()):
+        # RUN/x/../checkpoints is RUN/checkpoints, whether or not RUN/x exists; a link to a folder is written as
+        # that folder, and stays a link (renaming the report into place replaced the link, the folder kept empty)
         out = resolved
     if len(out.name.encode()) > MAX_OUT_NAME:  # the staging folder beside it carries the name and ~30 bytes more
         raise InputError(f"--out name {out.name[:40]}... is {len(out.name.encode())} bytes long; the report is staged "

@@ -1,7 +1,8 @@
 """Checkpoint contents torch's weights-only loader accepts but pe-probe's reports and models cannot take as
 they are, from a second adversarial review: each exited 1 with a traceback. A value JSON cannot hold in a
 config or metrics (a tensor, a set, bytes, a complex number) is now written as a plain value; nesting deeper
-than any real config, a nested (ragged) tensor, are one-line errors (exit 2); a float8 weight evaluates."""
+than any real config, a nested (ragged) tensor, are one-line errors (exit 2); a float8 weight evaluates; a complex
+weight is refused where a model or a view would have dropped its imaginary part."""
 
 from __future__ import annotations
 
@@ -126,6 +127,17 @@ def test_evaluate_a_float8_weight_and_refuse_a_nested_one(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "nested.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "blocks.0.pe.table is a nested (ragged) tensor" in err
+    # a complex weight: loading it dropped the imaginary part with a ComplexWarning, exit 0
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["model"]["blocks.0.attn.qkv.weight"] = ckpt["model"]["blocks.0.attn.qkv.weight"].to(torch.complex64)
+    torch.save(ckpt, tmp_path / "complex.pt")
+    for argv, says in ((["evaluate"], "its weight blocks.0.attn.qkv.weight is a complex tensor (complex64)"),
+                       (["analyze", "--view", "qk"], "blocks.0.attn.qkv.weight in"),
+                       (["analyze", "--view", "attention"], "is a complex tensor")):
+        capsys.readouterr()
+        assert main([argv[0], str(tmp_path / "complex.pt"), *argv[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "complex" in err, err
     # resuming the run: a config.json nested past any real config was a RecursionError traceback
     for text in ("[" * 100_000 + "]" * 100_000, '{"a":' * 500 + "1" + "}" * 500):
         (last.parent / "config.json").write_text(text)

@@ -139,6 +139,25 @@ def test_an_out_through_dot_dot_is_checked_as_the_folder_it_names(tmp_path):
     assert not (run / "x").exists() and not (tmp_path / "new").exists()
 
 
+def test_an_out_that_is_a_link_to_a_folder_writes_into_that_folder_and_stays_a_link(tmp_path):
+    """The report was renamed over the link: --out became a real folder and the folder it named stayed empty."""
+    target = tmp_path / "storage" / "report"
+    target.mkdir(parents=True)
+    link = tmp_path / "report"
+    link.symlink_to(target)
+    with staged_dir(link) as stage:
+        (stage / "metrics.json").write_text("{}")
+    assert link.is_symlink() and (target / "metrics.json").is_file() and (target / MARKER).is_file()
+    with staged_dir(link) as stage:  # rewritten: the link still stands, its folder holds the new report
+        (stage / "metrics.json").write_text('{"again": 1}')
+    assert link.is_symlink() and json.loads((target / "metrics.json").read_text()) == {"again": 1}
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "to-mine").symlink_to(tmp_path / "mine")
+    with pytest.raises(InputError, match="pass --force"):  # what the link names is checked, not the link
+        check_out_dir(tmp_path / "to-mine")
+
+
 def test_a_loose_table_beside_a_checkpoints_folder_does_not_block_force(tmp_path):
     """Only run and model folders protect their parts: a project folder that merely holds checkpoints/ (no
     last.pt, no config.json) lets --force replace its results/ folder as before."""

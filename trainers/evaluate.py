@@ -225,6 +225,11 @@ def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
     if ragged is not None:
         raise InputError(f"{path}: its weight {show_path(ragged)} is a nested (ragged) tensor, which no model of ours "
                          f"holds; {_EDITED}")
+    odd = next((k for k, v in state.items() if v.is_complex() or v.is_quantized), None)  # loading would drop the
+    if odd is not None:  # imaginary part with only a warning, or fail on a quantized one
+        what = "complex" if state[odd].is_complex() else "quantized"
+        raise InputError(f"{path}: its weight {show_path(odd)} is a {what} tensor "
+                         f"({str(state[odd].dtype).replace('torch.', '')}), which no model of ours holds; {_EDITED}")
     m = cfg.model
     blocks = {int(k.split(".")[1]) for k in state if k.startswith("blocks.") and k.split(".")[1].isdigit()}
     implied = {"embed.weight": (m.d_model, n_in),
