@@ -245,7 +245,8 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
     out = np.empty((len(rows), width), dtype=np.float64)
     for r, (lineno, cells) in enumerate(rows):
         if len(cells) != width:
-            raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row")
+            raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row; "
+                             f"give every row the same number of values")
         for c, cell in enumerate(cells):
             try:
                 out[r, c] = float(cell)

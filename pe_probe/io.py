@@ -592,30 +592,33 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
                 meta["ground_truth"] = ground_truth_from_checkpoint(obj["ground_truth"], source=path_shown)
             except InputError as e:  # an error only where it is needed: --ground-truth replaces it
                 meta["ground_truth_error"] = str(e)
-        return _torch_store(_flatten(obj["model"]), path_shown), meta
+        return _torch_store(_flatten(obj["model"], where=path_shown), path_shown), meta
     for key in ("state_dict", "model_state_dict", "model", "module", "model_ema", "ema"):
         inner = obj.get(key)
         if isinstance(inner, dict) and _flatten(inner):
             if meta["source_kind"] == "state_dict":
                 meta["notes"].append(f"using the state_dict under the {key!r} entry")
-            return _torch_store(_flatten(inner), path_shown), meta
-    tensors = _flatten(obj)
+            return _torch_store(_flatten(inner, where=path_shown), path_shown), meta
+    tensors = _flatten(obj, where=path_shown)
     if not tensors:
         raise InputError(f"{path_shown}: the dict holds no tensors; expected a state_dict")
     return _torch_store(tensors, path_shown), meta
 
 
-def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
-    """Tensors of a nested dict, keyed by dotted names; non-tensor entries are ignored."""
+def _flatten(obj: dict, prefix: str = "", where: str = "") -> dict[str, Any]:
+    """Tensors of a nested dict, keyed by dotted names; non-tensor entries are ignored. Two tensors that get the
+    same name (``{"a": {"b": t}}`` and ``{"a.b": u}``) are refused: one of them was picked silently."""
     import torch
 
     out: dict[str, Any] = {}
     for key, value in obj.items():
         name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, torch.Tensor):
-            out[name] = value
-        elif isinstance(value, dict):
-            out.update(_flatten(value, name))
+        found = {name: value} if isinstance(value, torch.Tensor) else (
+            _flatten(value, name, where) if isinstance(value, dict) else {})
+        for n in found.keys() & out.keys():
+            raise InputError(f"{where or 'the file'}: two tensors are named {show_path(n)} (one under nested keys, one "
+                             f"under a dotted key); re-save the state_dict with distinct names")
+        out.update(found)
     return out
 
 

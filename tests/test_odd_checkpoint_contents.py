@@ -145,3 +145,12 @@ def test_evaluate_a_float8_weight_and_refuse_a_nested_one(tmp_path, capsys):
                      "--epochs", "2", "--n-per-level", "12", "--batch-size", "32", "--min-jaccard", "0.5"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "config.json is nested deeper than 64 levels" in err, err
+
+
+def test_two_tensors_with_one_dotted_name_are_refused_not_one_picked(tmp_path, capsys):
+    torch.save({"a": {"b": torch.randn(16, 4)}, "a.b": torch.randn(16, 4)}, tmp_path / "amb.pt")
+    assert main(["analyze", str(tmp_path / "amb.pt"), "-g", "line:16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "two tensors are named a.b" in err
+    torch.save({"a": {"b": torch.randn(16, 4)}, "a.c": torch.randn(16, 4)}, tmp_path / "fine.pt")
+    assert main(["analyze", str(tmp_path / "fine.pt"), "-g", "line:16", "--param", "a.b", *FAST]) == 0

@@ -486,6 +486,27 @@ def test_csv_bad_files(tmp_path):
         read_puzzle_csv(p)
 
 
+def test_csv_rows_and_paths_that_were_taken_or_misnamed(tmp_path):
+    """Review: extra non-empty fields and a repeated header column were read silently, /dev/zero and a folder
+    were 'no such file'."""
+    path = tmp_path / "ok.csv"
+    write_puzzle_csv(generate(3, seed=1), path)
+    header, row = path.read_text().splitlines()[:2]
+    p = tmp_path / "p.csv"
+    p.write_text(f"{header}\n{row},,\n")  # empty cells past the header (trailing commas): read
+    assert len(read_puzzle_csv(p)) == 1
+    p.write_text(f"{header}\n{row},oops\n")
+    with pytest.raises(InputError, match="line 2: expected 3 fields as in the header, got 4; give every row"):
+        read_puzzle_csv(p)
+    p.write_text(f"{header},puzzles\n{row},{row.split(',')[0]}\n")
+    with pytest.raises(InputError, match="column puzzles appears twice in the header"):
+        read_puzzle_csv(p)
+    with pytest.raises(InputError, match="not a regular file"):
+        read_puzzle_csv("/dev/zero")
+    with pytest.raises(InputError, match="is a folder"):
+        read_puzzle_csv(tmp_path)
+
+
 @pytest.mark.parametrize("n", [6, 17])
 def test_each_levels_test_share_is_the_rounded_fraction_the_config_check_counts(n):
     """Kills: n_test floored instead of rounded (trainers.config.validate counts round(n * test_frac): with

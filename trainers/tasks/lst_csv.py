@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from pe_probe.errors import InputError
+from pe_probe.filechecks import check_not_special
 from trainers.tasks.lst_puzzles import (
     LEVELS,
     N_CELLS,
@@ -155,6 +156,9 @@ def read_puzzle_csv(path) -> PuzzleSet:
     """Read puzzles in the study's CSV format (see the module docstring) into a `PuzzleSet`."""
     path = Path(path)
     name = str(path)
+    check_not_special(path, "puzzle file")  # /dev/zero, a pipe: said as such (they were "no such file")
+    if path.is_dir():
+        raise InputError(f"{name}: is a folder; give a CSV with columns puzzles, solutions, condition")
     if not path.is_file():
         raise InputError(f"{name}: no such file; give a CSV with columns puzzles, solutions, condition")
     puzzles, solutions, levels, lines = [], [], [], []
@@ -172,12 +176,18 @@ def read_puzzle_csv(path) -> PuzzleSet:
                     if missing:
                         raise InputError(f"{name} line {reader.line_num}: missing column(s) {', '.join(missing)}; "
                                          f"the header needs {', '.join(COLUMNS)}")
+                    twice = [c for c in COLUMNS if header.count(c) > 1]
+                    if twice:
+                        raise InputError(f"{name} line {reader.line_num}: column {twice[0]} appears twice in the "
+                                         f"header; keep one")
                     cols = [header.index(c) for c in COLUMNS]
                     continue
                 where = f"{name} line {reader.line_num}"
                 try:
-                    if len(row) <= max(cols):
-                        raise InputError(f"{where}: expected {len(header)} fields as in the header, got {len(row)}")
+                    extra = len(row) > len(header) and any(cell.strip() for cell in row[len(header):])
+                    if len(row) <= max(cols) or extra:  # (empty cells past the header: a trailing comma)
+                        raise InputError(f"{where}: expected {len(header)} fields as in the header, got {len(row)}; "
+                                         f"give every row the header's fields (quote a field that holds a comma)")
                     p = _parse_puzzle(row[cols[0]], where)
                     sol = _parse_solution(row[cols[1]], where)
                     lev = _parse_condition(row[cols[2]], where)
