@@ -350,18 +350,14 @@ def _read_config(out: Path) -> dict[str, Any]:
     from pe_probe.errors import InputError
     from pe_probe.io import MAX_META_DEPTH, plain_meta
 
-    fix = f"use --force to restart the run in {out}"
-    too_deep = RunDirRefused(out / CONFIG_FILE, f"is nested deeper than {MAX_META_DEPTH} levels, not a run's config", fix)
-    try:
-        data = json.loads((out / CONFIG_FILE).read_text())
+    path = out / CONFIG_FILE
+    try:  # plain_meta: also what config_differences can walk
+        return plain_meta(json.loads(path.read_text()), CONFIG_FILE, str(path))
+    except (InputError, RecursionError):  # nested past MAX_META_DEPTH, or past json's own stack (InputError first:
+        reason = f"is nested deeper than {MAX_META_DEPTH} levels, not a run's config"  # it is a ValueError)
     except ValueError:
-        raise RunDirRefused(out / CONFIG_FILE, "is not valid JSON", fix) from None
-    except RecursionError:
-        raise too_deep from None
-    try:
-        return plain_meta(data, CONFIG_FILE, str(out / CONFIG_FILE))  # also what config_differences can walk
-    except InputError:
-        raise too_deep from None
+        reason = "is not valid JSON"
+    raise RunDirRefused(path, reason, f"use --force to restart the run in {out}") from None
 
 
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:

@@ -158,6 +158,7 @@ def generalization_frame(frame, metrics: Sequence[str], gen_key: str, by: str | 
 def generalization_figure(gframe, metrics: Sequence[str], gen_key: str, by: str | None):
     """Generalization against each identifiability metric across models, Spearman ρ in each title."""
     import matplotlib
+
     fig, axes = _grid(len(metrics))
     colour_by = by if by and by in gframe.columns and is_numeric(gframe[by]) else None
     sc = None
