@@ -130,6 +130,8 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     shown = list(dict.fromkeys(shown))
 
     def cell(v) -> str:
+        if isinstance(v, float) and not math.isfinite(v):
+            return '<span title="blank: no value for this model">&mdash;</span>'
         return f"{v:.3g}" if isinstance(v, float) else html.escape(str(v))
 
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown)

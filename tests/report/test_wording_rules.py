@@ -176,3 +176,13 @@ def test_compare_spearman_p_is_exact_at_small_n(x, y):
     every = [abs(spearmanr(x, [y[i] for i in perm]).statistic) for perm in itertools.permutations(range(len(y)))]
     assert n == len(x) and rho == pytest.approx(observed)
     assert p == pytest.approx(sum(r >= abs(observed) - 1e-12 for r in every) / len(every), abs=1e-12)
+
+
+def test_index_table_shows_a_blank_value_as_a_dash_not_nan(tmp_path):
+    """compare --by pe.init_std blanks σ for PEs that ignore it; the index table showed that as 'nan'."""
+    frame = pd.DataFrame({"label": ["sin", "learned"], "pe.init_std": [math.nan, 0.1],
+                          "rsa_spearman": [0.9, math.nan]})
+    page = write_compare_index(tmp_path, frame, pd.DataFrame(columns=["x", "y", "spearman_rho", "p_value", "n"]), [],
+                               by="pe.init_std", trajectory=False).read_text()
+    table = page[page.index("<table"):page.index("</table>")]
+    assert "nan" not in table and table.count("&mdash;") == 2 and "<td>0.1</td>" in table
