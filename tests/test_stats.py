@@ -130,6 +130,25 @@ def test_mantel_kernel_given_perms_and_float32_path():
         np.testing.assert_allclose(res.null, ref1, atol=1e-12 if n <= 256 else 1e-5)
 
 
+def test_mantel_float32_path_counts_exact_ties():
+    """Above 256 positions the null runs in float32 products; relabellings that tie the observed statistic
+    exactly (here: those keeping the one outlying position in place) landed ~5e-9 away and were not counted,
+    so p came out as 1/(n_perm+1) instead of (1 + ties)/(n_perm+1)."""
+    n, n_perm, seed = 600, 3000, 0
+    g = np.zeros((n, 1))
+    g[0] = 1.0
+    pe = pdist(g + 0.01 * np.random.default_rng(0).normal(size=(n, 3)))
+    res = stats.mantel(pe, pdist(g), n_perm=n_perm, seed=seed)
+    perms = np.argsort(np.random.default_rng(seed).random((n_perm, n)), axis=1)  # the documented draw
+    fixing = perms[perms[:, 0] == 0]
+    assert len(fixing) >= 3
+    obs = sst.spearmanr(pe, pdist(g)).statistic
+    assert all(sst.spearmanr(pe, _permuted(pdist(g), p)).statistic == obs for p in fixing[:3])
+    others = perms[perms[:, 0] != 0][:50]
+    assert all(sst.spearmanr(pe, _permuted(pdist(g), p)).statistic < obs - 1e-3 for p in others)
+    assert res.p_value == pytest.approx((1 + len(fixing)) / (1 + n_perm), abs=1e-15)
+
+
 def test_mantel_planted_and_noise():
     pe, gt = _grid_pair(6, 6, noise=0.3)
     assert stats.mantel(pe, gt, n_perm=500, seed=0).p_value == pytest.approx(1 / 501)
