@@ -53,8 +53,22 @@ def check_table(table, name: str = "table") -> np.ndarray:
         r, c = np.argwhere(bad)[0]
         raise InputError(f"{name}: contains {int(bad.sum())} NaN/Inf values (first at row {r}, column {c}); clean the table before analysing it")
     check_magnitude(arr, name)
+    spread = _spread(arr)
+    if 0 < spread < MIN_SPREAD:
+        raise InputError(f"{name}: its values differ by at most {spread:.3g} across positions, which underflows float64 "
+                         f"arithmetic (squared distances); rescale the table (e.g. divide it by {spread:.3g}: the "
+                         f"metrics do not depend on its scale) and save it again")
     return arr
 
+
+def _spread(arr: np.ndarray) -> float:
+    """The largest range of one column over the rows (0 for a constant array)."""
+    return float(np.ptp(arr, axis=0).max()) if arr.size else 0.0
+
+
+# Squared distances of rows that differ by less than this (over 1e-200) leave closer pairs in float64's
+# subnormal range, where they lose digits or vanish: metrics moved or the table read as constant (1e-170).
+MIN_SPREAD = 1e-100
 
 # Squared distances of values above this overflow float64 (1e308) once summed over dims: every metric
 # would come out NaN/Inf, with a cascade of RuntimeWarnings. No real PE table comes near it.
@@ -88,7 +102,11 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
     if big > MAX_ABS_VALUE:
         raise InputError(f"{name}: holds coordinates up to {big:.3g} in magnitude, which overflow float64 arithmetic "
                          f"(squared distances); rescale them (only the RMSE is in their units)")
-    if np.ptp(arr, axis=0).max() == 0:
+    spread = _spread(arr)
+    if 0 < spread < MIN_SPREAD:
+        raise InputError(f"{name}: its coordinates differ by at most {spread:.3g} across positions, which underflows "
+                         f"float64 arithmetic (squared distances); rescale them (only the RMSE is in their units)")
+    if spread == 0:
         raise InputError(f"{name}: all positions have the same coordinates; nothing to compare against: give each "
                          f"position its own coordinates (line:N, grid:HxW or a file of N x k)")
     return arr

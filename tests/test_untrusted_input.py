@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+import pe_probe
 from pe_probe.cli import main
+from pe_probe.errors import InputError
+from pe_probe.groundtruth import grid
 
 FAST = ["--n-perm", "10", "--n-boot", "10", "--n-null", "3", "--quiet"]
 
@@ -321,6 +324,27 @@ def fails_instead_of_hanging(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_values_too_small_for_float64_arithmetic_are_refused(tmp_path, capsys):
+    """Rows differing by ~1e-160 gave squared distances in float64's subnormal range: the metrics moved (RSA
+    0.8374 became 0.8374473 at 1e-160, smacof R² moved at 1e-155) and 1e-170 was refused as 'a constant table'."""
+    rng = np.random.default_rng(0)
+    table = np.hstack([grid(4, 4).coords, np.zeros((16, 3))]) + 0.4 * rng.normal(size=(16, 5))
+    for scale in (1e-160, 1e-170):
+        np.save(tmp_path / "tiny.npy", table * scale)
+        err = refuse(["analyze", tmp_path / "tiny.npy", "-g", "grid:4x4", *FAST], capsys, "underflows float64 arithmetic")
+        assert "rescale the table" in err
+        np.save(tmp_path / "tiny_g.npy", grid(4, 4).coords * scale)
+        np.save(tmp_path / "t.npy", table)
+        refuse(["analyze", tmp_path / "t.npy", "-g", tmp_path / "tiny_g.npy", *FAST], capsys, "coordinates differ by at most")
+    with pytest.raises(InputError, match="underflows"):
+        pe_probe.analyze(table * 1e-160, grid(4, 4), n_perm=0, n_boot=0, n_null=0)
+    # small but safe: the numbers are those of the unscaled table (every metric is scale-free)
+    base = pe_probe.analyze(table, grid(4, 4), n_perm=0, n_boot=0, n_null=0, methods="pca").metrics
+    small = pe_probe.analyze(table * 1e-90, grid(4, 4), n_perm=0, n_boot=0, n_null=0, methods="pca").metrics
+    for key in ("rsa_spearman", "recovery_pca_r2", "probe_r2", "trustworthiness"):
+        assert small[key] == pytest.approx(base[key], rel=1e-9), key
 
 
 def test_second_review_bad_inputs_are_one_line_errors(tmp_path, capsys):
