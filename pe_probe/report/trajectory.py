@@ -78,6 +78,23 @@ def _edge_xy(points: np.ndarray, edges: np.ndarray, axes: Sequence[int]) -> list
     return out
 
 
+# '#selftest-step=S' in the URL moves to step S with the slider's own arguments and records the title then on screen, so a
+# headless browser can check that the title names the step whose layout is drawn.
+_SELFTEST = """
+(function(){
+  var gd = document.getElementById('pe-probe-trajectory');
+  var m = /selftest-step=(\\w+)/.exec(window.location.hash);
+  if (!m || !window.Plotly) return;
+  var step = gd.layout.sliders[0].steps.filter(function(st){ return st.label === m[1]; })[0];
+  if (!step) return;
+  Plotly.animate(gd, step.args[0], step.args[1]).then(function(){  // exactly what the slider does
+      var t = gd.querySelector('.gtitle');
+      document.documentElement.setAttribute('data-shown-title', t ? t.textContent : '');
+    });
+})();
+"""
+
+
 def write_trajectory(steps: Sequence[int], embeddings: Sequence[np.ndarray], coords: np.ndarray, path: Path, *,
                      method: str, titles: Sequence[str] | None = None) -> Path:
     """Write a self-contained page animating the chained-Procrustes-aligned layouts over ``steps``."""
@@ -123,7 +140,7 @@ def write_trajectory(steps: Sequence[int], embeddings: Sequence[np.ndarray], coo
         lo, hi = float(np.nanmin(allpts[:, a])), float(np.nanmax(allpts[:, a]))
         pad = 0.05 * (hi - lo or 1.0)
         ranges.append([lo - pad, hi + pad])
-    redraw = three_d
+    redraw = True  # without a redraw plotly moves the points but leaves the previous frame's title on screen
     slider = {"active": 0, "currentvalue": {"prefix": "step "}, "pad": {"t": 40}, "x": 0.1, "len": 0.9,
               "steps": [{"label": str(s), "method": "animate",
                          "args": [[str(s)], {"mode": "immediate", "frame": {"duration": 0, "redraw": redraw},
@@ -154,6 +171,7 @@ def write_trajectory(steps: Sequence[int], embeddings: Sequence[np.ndarray], coo
 Procrustes; the first onto the true layout), so motion between frames is real change, not a flip.
 Grey lines join true neighbours: an untangled mesh means the geometry is recovered.</p>
 {div}
+<script>{_SELFTEST}</script>
 </body></html>
 """
     path = Path(path)

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from pe_probe.report.interactive import write_interactive
@@ -57,3 +58,20 @@ def test_interactive_page_renders_in_chromium(sinusoid_result, tmp_path):
     assert not console_errors, console_errors
     shot = tmp_path / "screenshot.png"
     assert shot.is_file() and shot.stat().st_size > 10_000  # a real picture, not a blank page
+
+
+@pytest.mark.browser
+def test_trajectory_title_follows_the_slider(tmp_path):
+    """Moving the slider drew the new step's points under the previous step's title ('step 24: RSA 0.062' over
+    step 8's layout): frames animated without a redraw do not repaint the title."""
+    from pe_probe.groundtruth import grid
+    from pe_probe.report.trajectory import write_trajectory
+
+    g = grid(4, 4).coords
+    rng = np.random.default_rng(0)
+    page = write_trajectory([0, 8, 16], [g + s * rng.normal(size=g.shape) for s in (1.0, 0.5, 0.1)], g,
+                            tmp_path / "trajectory.html", method="cmds",
+                            titles=["step 0: RSA 0.1", "step 8: RSA 0.5", "step 16: RSA 0.9"])
+    for step, title in (("8", "step 8: RSA 0.5"), ("16", "step 16: RSA 0.9")):
+        dom, _ = load_headless(page, tmp_path, f"#selftest-step={step}")
+        assert html_attr(dom, "data-shown-title") == title
