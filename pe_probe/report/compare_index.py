@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pe_probe.report.compare_figures import generalization_key
 from pe_probe.report.readings import ALPHA, _num
 
 CSS = """body{font-family:Arial,Helvetica,sans-serif;max-width:62em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
@@ -101,9 +102,9 @@ def correlation_sentence(row, x=None, y=None) -> str:
         return f"{row['y']} vs {row['x']}: no monotone relation can be measured (correlation undefined: {why})."
     p_ok = math.isfinite(p)
     stats = f"Spearman ρ = {_num(rho)}, p = {p:.2g}, n = {n}" if p_ok else f"Spearman ρ = {_num(rho)}, n = {n}"
-    if rho == 0:
-        return f"{row['y']} shows no monotone relation with {row['x']} ({stats})."
     floor = smallest_exact_p(n, x, y)
+    if rho == 0 and floor < ALPHA:
+        return f"{row['y']} shows no monotone relation with {row['x']} ({stats})."
     if floor >= ALPHA:
         ties = " and these tied values" if floor > smallest_exact_p(n) * (1 + 1e-9) else ""
         return (f"{row['y']} vs {row['x']}: too few points to tell whether there is a monotone relation ({stats}; "
@@ -126,7 +127,8 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     out_dir = Path(out_dir)
     shown = [c for c in ("label", "step", by, "rsa_spearman", "probe_r2") if c and c in frame.columns]
     shown += [c for c in frame.columns if str(c).startswith("recovery_") and str(c).endswith("_r2")]
-    shown += [c for c in frame.columns if str(c).startswith("eval.")][:3]
+    gen_key = generalization_key(frame)  # the generalization metric the figures and correlations use comes first
+    shown += ([gen_key] if gen_key else []) + [c for c in frame.columns if str(c).startswith("eval.")][:3]
     shown = list(dict.fromkeys(shown))
 
     def cell(v) -> str:

@@ -104,9 +104,15 @@ def _corr(rho, p, n, x="pe.init_std", y="probe_r2"):
 
 
 def test_zero_correlation_is_no_monotone_relation():
-    s = correlation_sentence(_corr(0.0, 1.0, 3))
-    assert s == "probe_r2 shows no monotone relation with pe.init_std (Spearman ρ = 0.00, p = 1, n = 3)."
+    s = correlation_sentence(_corr(0.0, 1.0, 12))
+    assert s == "probe_r2 shows no monotone relation with pe.init_std (Spearman ρ = 0.00, p = 1, n = 12)."
     assert "falls" not in s and "rises" not in s and "weak" not in s
+
+
+def test_zero_correlation_with_too_few_points_says_too_few():
+    """ρ = 0 at n = 3 said 'no monotone relation' while every other n = 3 row said 'too few points to tell'."""
+    s = correlation_sentence(_corr(0.0, 1.0, 3))
+    assert s.startswith("probe_r2 vs pe.init_std: too few points to tell") and "no monotone relation" not in s
 
 
 def test_a_non_significant_correlation_has_no_direction_or_strength():
@@ -154,7 +160,7 @@ def test_index_page_uses_the_columns_ties(tmp_path):
     corr = pd.DataFrame([_corr(-0.878, 0.021, 6), _corr(0.0, 1.0, 6, y="rsa_spearman")])
     page = write_compare_index(tmp_path, frame, corr, [], by="pe.init_std", trajectory=False).read_text()
     assert "probe_r2 vs pe.init_std: too few points" in page and "falls as" not in page
-    assert "rsa_spearman shows no monotone relation with pe.init_std" in page
+    assert "rsa_spearman vs pe.init_std: too few points" in page  # rho = 0, but these ties cannot reach p < 0.05
 
 
 @pytest.mark.parametrize("x,y", [
@@ -186,3 +192,14 @@ def test_index_table_shows_a_blank_value_as_a_dash_not_nan(tmp_path):
                                by="pe.init_std", trajectory=False).read_text()
     table = page[page.index("<table"):page.index("</table>")]
     assert "nan" not in table and table.count("&mdash;") == 2 and "<td>0.1</td>" in table
+
+
+def test_index_table_shows_the_generalization_metric_the_figures_use(tmp_path):
+    """The table took the first three eval.* columns (train_acc, train_loss, ...) and left out eval.ood_acc."""
+    frame = pd.DataFrame({"label": list("abcd"), "rsa_spearman": [0.1, 0.2, 0.3, 0.4],
+                          "eval.train_acc": [1.0] * 4, "eval.train_loss": [0.1] * 4, "eval.train_acc_binary": [1.0] * 4,
+                          "eval.ood_acc": [0.5, 0.6, 0.7, 0.8]})
+    page = write_compare_index(tmp_path, frame, pd.DataFrame(columns=["x", "y", "spearman_rho", "p_value", "n"]), [],
+                               by=None, trajectory=False).read_text()
+    header = page[page.index("<table"):page.index("</tr>")]
+    assert "<th>eval.ood_acc</th>" in header and header.index("eval.ood_acc") < header.index("eval.train_acc")
