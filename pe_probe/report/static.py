@@ -51,19 +51,39 @@ def rdm_figure(frame, pe_metric: str = "euclidean"):
     """Paired heatmaps: PE distances and true distances in the same position ordering, each with a colour bar."""
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(1, 2, figsize=(TWO_COLUMN_IN, 3.0), layout="constrained")
-    block = int(frame["block_size"].iloc[0])
+    cells = frame[(frame["matrix"] == "pe") & (frame["col"] == 0)].sort_values("row")
+    sizes = (cells["row_stop"] - cells["row_start"]).to_numpy()
+    lo, hi = int(sizes.min()), int(sizes.max())
+    ids = cells["row_position"].to_numpy() if "row_position" in cells.columns else None
+    in_id_order = ids is not None and bool(np.array_equal(ids, np.arange(len(ids))))
+    few = ids is not None and len(ids) <= 32
+    if hi > 1:
+        unit = f"block of {lo} positions" if lo == hi else f"block of {lo}-{hi} positions"
+        xlabel = f"{unit} (in true-coordinate order)"
+    elif in_id_order or few:  # the cells are position ids (ticks say which when the order is not theirs)
+        unit, xlabel = "position", "position (sorted by true coordinates)"
+    else:
+        unit = xlabel = "rank of the position in true-coordinate order"
     for ax, (name, title) in zip(axes, (("pe", f"PE distance ({pe_metric})"), ("true", "true distance"))):
         sub = frame[frame["matrix"] == name]
         m = sub.pivot(index="row", columns="col", values="value").to_numpy()
         im = ax.imshow(m, cmap=DISTANCE_CMAP, interpolation="nearest", origin="upper")
         ax.set_title(title)
-        unit = "position" if block == 1 else f"block of {block} positions"
-        ax.set_xlabel(f"{unit} (sorted by true coordinates)")
+        if few and not in_id_order:
+            ax.set_xticks(range(len(ids)), [str(i) for i in ids], fontsize=5, rotation=90)
+            ax.set_yticks(range(len(ids)), [str(i) for i in ids], fontsize=5)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(unit)
         fig.colorbar(im, ax=ax, shrink=0.85, label="distance")
-    if block > 1:
-        fig.suptitle(f"block-averaged: each cell is the mean over {block}x{block} position pairs", fontsize=7)
+    if hi > 1:
+        pairs = f"{lo}x{lo}" if lo == hi else f"{lo}x{lo} to {hi}x{hi}"
+        fig.suptitle(f"block-averaged: each cell is the mean over {pairs} position pairs", fontsize=7)
     return fig
 
 

@@ -125,3 +125,38 @@ def test_principal_axes_have_their_largest_loading_positive_whatever_the_sign_of
     for sign in (1, -1):
         _, vt, _ = fr.principal_axes(sign * x)
         assert (vt[np.arange(len(vt)), np.abs(vt).argmax(axis=1)] > 0).all()
+
+
+def _rdm_axes(result):
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report.static import rdm_figure
+
+    fig = rdm_figure(fr.rdm_frame(result))
+    ax = fig.axes[0]
+    out = (ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.get_xticklabels()], ax.get_xticks(),
+           fig._suptitle.get_text() if fig._suptitle else "")
+    plt.close(fig)
+    return out
+
+
+def test_rdm_figure_names_position_ids_when_the_order_is_not_theirs():
+    """Coordinates from a file: the cells are in true-coordinate order, and the axis said 'position' under ticks
+    0, 2.5, 5 ... that were sort ranks (cell 0 was position 12)."""
+    rng = np.random.default_rng(0)
+    coords = rng.normal(size=(20, 2))
+    result = hand_result(coords @ rng.normal(size=(2, 6)), coords, kind="coords")
+    order = fr.shared_order(coords)
+    xlabel, ylabel, ticks, _, _ = _rdm_axes(result)
+    assert ticks == [str(i) for i in order] and order[0] != 0
+    assert ylabel == "position" and "sorted by true coordinates" in xlabel
+
+
+def test_rdm_figure_ticks_are_whole_cells_and_blocks_are_named_by_their_sizes():
+    g = grid_coords(4, 4)
+    xlabel, ylabel, _, ticks, _ = _rdm_axes(hand_result(g @ np.ones((2, 3)) + np.arange(16)[:, None] * 0.01, g))
+    assert ylabel == "position" and np.all(ticks == np.round(ticks))
+    g = grid_coords(24, 24)  # 576 positions in 128 blocks of 4 or 5 (it said 'block of 5' everywhere)
+    table = np.hstack([g, np.sin(g)])
+    xlabel, ylabel, _, _, suptitle = _rdm_axes(hand_result(table, g))
+    assert ylabel == "block of 4-5 positions" and "4x4 to 5x5 position pairs" in suptitle
