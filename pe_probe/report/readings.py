@@ -146,6 +146,25 @@ def rsa_below_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> t
     return True, ""
 
 
+def rsa_above_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> tuple[bool | None, str]:
+    """Is the RSA significantly above zero? ``(answer, reason)``, answer None when nothing tested it.
+
+    Every test that was computed must say so: the 95% bootstrap interval lies above 0, and ``rsa_p`` < `ALPHA`
+    (a Mantel test that cannot reach `ALPHA` does not count). ``reason`` says why not ('its 95% bootstrap interval
+    includes 0'), empty when the answer is yes or None."""
+    provenance = provenance or {}
+    tests = 0
+    if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
+        tests += 1
+        if float(metrics["rsa_ci_low"]) <= 0:
+            return False, "its 95% bootstrap interval includes 0"
+    if _ok(metrics, "rsa_p") and _p_can_reach_alpha(provenance):
+        tests += 1
+        if float(metrics["rsa_p"]) >= ALPHA:
+            return False, f"the permutation test gives p = {float(metrics['rsa_p']):.3g}, not below {ALPHA:g}"
+    return (True, "") if tests else (None, "")
+
+
 def rsa_inverted(metrics: dict, provenance: dict[str, Any] | None = None) -> bool:
     """Does the table invert the true distances? RSA <= `INVERSION_RHO` and significantly below zero
     (`rsa_below_zero`). README, "What the numbers mean", states the rule."""
@@ -166,6 +185,9 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         kind = f"{strength} {'negative ' if rho <= -0.1 else ''}correlation"
         if abs(rho) < 0.1:
             head = "PE distances barely follow true distances"
+        elif rho > 0 and rsa_above_zero(metrics, provenance)[0] is False:  # no claim of a tendency
+            head = "PE distances seem to follow the true distances, but not significantly"
+            kind += ", not significantly above zero"
         elif rho > 0:
             head = "Pairs of positions that are close in the true layout tend to have similar PE vectors"
         elif not below:  # negative, but not shown to be below zero: no claim of dissimilarity or inversion
@@ -185,6 +207,9 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
             text += " No bootstrap interval was computed (--n-boot 0)."
         if rho <= -0.1 and not below:
             text += f" The correlation is not shown to be below zero: {why_not}."
+        above, why_not_above = rsa_above_zero(metrics, provenance)
+        if rho >= 0.1 and above is False:
+            text += f" The correlation is not shown to be above zero: {why_not_above}."
         if _ok(metrics, "null_rsa_mean"):
             mu = float(metrics["null_rsa_mean"])
             sd = float(metrics.get("null_rsa_sd", float("nan")))
@@ -278,6 +303,19 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         k = int(metrics["gt_dim"]) if _ok(metrics, "gt_dim") else None
         pcs = "principal component holds" if k == 1 else "principal components hold"
         out.append(("explained variance", f"{v:.3f}", f"The top {k if k else 'k'} {pcs} {_pct(v)} of the table's variance."))
+    if _ok(metrics, "kernel_distance_rho"):
+        v = float(metrics["kernel_distance_rho"])
+        how = ("attend more to near positions than to far ones" if v >= 0.1 else
+               "attend more to far positions than to near ones" if v <= -0.1 else "hardly depend on distance")
+        out.append(("kernel vs −distance (Spearman ρ)", f"{v:.3f}",
+                    f"The positional attention kernel (softmax(QKᵀ/√d) averaged over heads, made symmetric) has a rank "
+                    f"correlation of {_num(v)} with minus the true distance: positions {how} (1 = attention falls "
+                    f"off with distance in the same order for every pair)."))
+    if _ok(metrics, "attention_similarity"):
+        v = float(metrics["attention_similarity"])
+        out.append(("attention similarity", f"{v:.3f}",
+                    f"Cosine similarity between this model's attention maps on task puzzles and the reference model's "
+                    f"(--attention-reference), the study's attention measure: 1 = the same maps up to scale."))
     if _ok(metrics, "ref_shape_distance"):
         v = float(metrics["ref_shape_distance"])
         text = ("Angular Procrustes distance between the PE table and the reference table: 0 = the same shape up to "

@@ -197,3 +197,31 @@ def test_the_verdict_says_recovers_only_from_r2_0_8():
 def test_a_probe_explains_most_of_the_position_from_r2_0_5():
     for r2, word in ((0.5, "most"), (0.55, "most"), (0.45, "some")):
         assert f"{word} of the position" in _by_name(readings({"probe_r2": r2}))["linear probe R²"]
+
+
+def test_a_positive_rsa_claims_a_tendency_only_when_tested_above_zero():
+    """A noisy line table (rho 0.25, p = 0.064, CI [-0.26, 0.83]) read 'close positions tend to have similar PE
+    vectors' beside a verdict of 'no evidence beyond chance'."""
+    prov = {"n_perm": 999}
+    weak = {"rsa_spearman": 0.25, "rsa_ci_low": -0.26, "rsa_ci_high": 0.83, "rsa_p": 0.064}
+    text = _by_name(readings(weak, prov))["RSA (Spearman ρ)"]
+    assert text.startswith("PE distances seem to follow the true distances, but not significantly")
+    assert "tend to" not in text and "not shown to be above zero: its 95% bootstrap interval includes 0" in text
+    text = _by_name(readings(dict(weak, rsa_ci_low=0.05), prov))["RSA (Spearman ρ)"]
+    assert "not shown to be above zero: the permutation test gives p = 0.064, not below 0.05" in text
+    shown = _by_name(readings(dict(weak, rsa_ci_low=0.05, rsa_p=0.01), prov))["RSA (Spearman ρ)"]
+    assert shown.startswith("Pairs of positions that are close in the true layout tend to have similar PE vectors")
+    untested = _by_name(readings({"rsa_spearman": 0.25}, prov))["RSA (Spearman ρ)"]  # nothing to say it is not
+    assert "tend to" in untested and "not shown" not in untested
+
+
+def test_the_kernel_and_attention_views_own_metrics_are_read():
+    """kernel_distance_rho and attention_similarity were in metrics.json and the terminal summary but not in
+    index.html's headline metrics."""
+    rows = {name: (value, text) for name, value, text in
+            readings({"kernel_distance_rho": 0.62, "attention_similarity": 0.913})}
+    value, text = rows["kernel vs −distance (Spearman ρ)"]
+    assert value == "0.620" and "0.62" in text and "attend more to near positions" in text
+    assert "attend more to far" in _by_name(readings({"kernel_distance_rho": -0.4}))["kernel vs −distance (Spearman ρ)"]
+    value, text = rows["attention similarity"]
+    assert value == "0.913" and "reference model" in text
