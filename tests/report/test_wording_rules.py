@@ -203,3 +203,20 @@ def test_index_table_shows_the_generalization_metric_the_figures_use(tmp_path):
                                by=None, trajectory=False).read_text()
     header = page[page.index("<table"):page.index("</tr>")]
     assert "<th>eval.ood_acc</th>" in header and header.index("eval.ood_acc") < header.index("eval.train_acc")
+
+
+def test_grey_points_in_the_generalization_figure_have_a_key():
+    """Runs whose PE ignores σ are drawn grey; nothing on the figure said what grey meant."""
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report.compare_figures import generalization_figure, generalization_frame
+
+    frame = pd.DataFrame({"label": list("abcd"), "pe.init_std": [0.1, 1.0, 2.0, math.nan],
+                          "rsa_spearman": [0.9, 0.5, 0.2, 0.95], "eval.ood_acc": [0.8, 0.6, 0.5, 0.9]})
+    for std, keyed in ((frame["pe.init_std"], True), (frame["pe.init_std"].fillna(0.5), False)):
+        f = frame.assign(**{"pe.init_std": std})
+        fig = generalization_figure(generalization_frame(f, ["rsa_spearman"], "eval.ood_acc", "pe.init_std"),
+                                    ["rsa_spearman"], "eval.ood_acc", "pe.init_std")
+        texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        assert (texts == ["pe.init_std blank (a PE that ignores it, or not recorded)"]) is keyed, texts
+        plt.close(fig)
