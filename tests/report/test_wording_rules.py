@@ -220,3 +220,13 @@ def test_grey_points_in_the_generalization_figure_have_a_key():
         texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
         assert (texts == ["pe.init_std blank (a PE that ignores it, or not recorded)"]) is keyed, texts
         plt.close(fig)
+
+
+def test_index_links_the_pdf_of_a_figure_when_there_is_one(tmp_path):
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "metrics_vs_pe.init_std.pdf").write_bytes(b"%PDF-1.4")
+    frame = pd.DataFrame({"label": list("ab"), "rsa_spearman": [0.1, 0.2]})
+    empty = pd.DataFrame(columns=["x", "y", "spearman_rho", "p_value", "n"])
+    page = write_compare_index(tmp_path, frame, empty, ["metrics_vs_pe.init_std", "identifiability_vs_generalization"],
+                               by="pe.init_std", trajectory=False).read_text()
+    assert page.count('.pdf">PDF</a>') == 1 and 'href="figures/metrics_vs_pe.init_std.pdf"' in page
