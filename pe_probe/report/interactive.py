@@ -189,7 +189,8 @@ def interactive_figure(result: AnalysisResult):
     fig.update_xaxes(type="category", row=1, col=2, showticklabels=cells <= 64, title_text="position (sorted by true coordinates)")
     fig.update_yaxes(type="category", row=1, col=2, autorange="reversed", showticklabels=cells <= 64)
     if three_d:
-        fig.update_scenes(xaxis_title="true axis 0", yaxis_title="true axis 1", zaxis_title="true axis 2", aspectmode="data")
+        fig.update_scenes(xaxis_title="true axis 0", yaxis_title="true axis 1", zaxis_title="true axis 2", aspectmode="data",
+                          camera={"eye": {"x": 1.6, "y": 1.6, "z": 1.1}})  # plotly's 1.25 clipped the axis titles
     elif k == 1:
         fig.update_xaxes(title_text="true position", row=1, col=1)
         fig.update_yaxes(title_text="recovered position (true units)", row=1, col=1)

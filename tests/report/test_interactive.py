@@ -88,3 +88,12 @@ def test_heatmap_labels_name_the_positions_of_shuffled_coordinates():
     heat = fig.data[-1]
     ids = [int(s) for s in heat.x]
     np.testing.assert_allclose(np.asarray(heat.z), squareform(pdist(table))[np.ix_(ids, ids)], rtol=1e-5)
+
+
+def test_three_d_view_is_far_enough_to_show_its_axis_titles():
+    """At plotly's default camera distance (eye 1.25, 1.25, 1.25) the scene's axis titles were clipped ('true axi…')."""
+    g = grid_coords(3, 3, 3)
+    fig, _, _ = interactive_figure(hand_result(np.hstack([g, g ** 2]), g, spec="grid:3x3x3"))
+    eye = fig.layout.scene.camera.eye
+    assert fig.layout.scene.xaxis.title.text == "true axis 0"
+    assert np.hypot(eye.x, eye.y) > 1.25 * np.sqrt(2) + 0.3
