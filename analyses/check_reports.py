@@ -56,6 +56,7 @@ class FileCheck:
     inexact: int = 0  # numeric values not bit-identical but within the tolerance (rounding)
     max_abs: float = 0.0  # largest absolute difference among the numbers (0 when identical)
     max_rel: float = 0.0  # largest difference relative to the committed value
+    max_rel_inexact: float = 0.0  # largest relative difference among the numbers within the tolerance
     first: str = ""  # where the first difference is, and the two values
 
     @property
@@ -74,6 +75,7 @@ class _Walk:
     unequal: int = 0  # numbers not bit-identical (within tolerance or not)
     max_abs: float = 0.0
     max_rel: float = 0.0
+    max_rel_inexact: float = 0.0
     structural: bool = False
     first: list[str] = field(default_factory=list)
 
@@ -126,6 +128,8 @@ def compare_values(a: Any, b: Any, where: str, walk: _Walk) -> None:
         if diff > walk.atol + walk.rtol * abs(x):
             walk.differing += 1
             walk.note(where, a, b)
+        else:
+            walk.max_rel_inexact = max(walk.max_rel_inexact, rel)
         return
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
@@ -182,7 +186,7 @@ def compare_file(committed: Path, regenerated: Path, rel: str, rtol: float = DEF
     else:
         status = "identical"
     return FileCheck(rel, status, walk.numbers, walk.differing, walk.unequal - walk.differing, walk.max_abs,
-                     walk.max_rel, walk.first[0] if walk.first else "")
+                     walk.max_rel, walk.max_rel_inexact, walk.first[0] if walk.first else "")
 
 
 def compare_folders(committed: Path, regenerated: Path, rtol: float = DEFAULT_RTOL, atol: float = 0.0) -> list[FileCheck]:
@@ -232,11 +236,14 @@ def summary(results: dict[str, list[FileCheck] | str], committed: Path, rtol: fl
             continue
         bad = [c for c in res if not c.ok]
         numbers, inexact = sum(c.numbers for c in res), sum(c.inexact for c in res)
-        rounding = (f"; {inexact} of them differ in the last digits only, within the tolerance (largest relative "
-                    f"difference {max(c.max_rel for c in res if c.inexact):.2g})" if inexact else
-                    "; every number bit-identical" if not bad else "")
+        differing = sum(c.differing for c in res)
+        beyond = (f"; {differing:,} differ beyond the tolerance (largest relative difference "
+                  f"{max(c.max_rel for c in res if c.differing):.2g})" if differing else "")
+        rounding = (f"; {inexact:,} {'more' if differing else 'of them'} differ in the last digits only, within the "
+                    f"tolerance (largest relative difference {max(c.max_rel_inexact for c in res if c.inexact):.2g})"
+                    if inexact else "; every number bit-identical" if not bad else "")
         lines.append(f"- **{name}**: " + ("reproduces: " if not bad else f"**{len(bad)} of {len(res)} files differ**: ")
-                     + f"{len(res)} data files, {numbers:,} numbers compared{rounding}")
+                     + f"{len(res)} data files, {numbers:,} numbers compared{beyond}{rounding}")
     lines += ["", "| report | file | status | numbers | differing | max abs diff | max rel diff | first difference |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for name, res in results.items():

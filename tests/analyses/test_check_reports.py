@@ -133,6 +133,22 @@ def test_the_command_exits_0_when_identical_and_1_with_a_summary_when_not(tmp_pa
     assert "**demo**: **1 of" in text and "| demo | `analysis/sigma-0.1/metrics.csv` | differs |" in text
 
 
+def test_the_summary_line_counts_numbers_beyond_the_tolerance_apart_from_rounding(tmp_path, capsys):
+    """One number 1.5x, one 1+1e-14: the line said '1 of them differ in the last digits only, within the tolerance
+    (largest relative difference 0.5)', the 0.5 being the one beyond it, which the line did not count."""
+    committed, regenerated = _copies(tmp_path)
+    path = regenerated / "netsim" / "linear_baseline.json"
+    doc = json.loads(path.read_text())
+    keys = [k for k, v in doc.items() if isinstance(v, float) and v != 0][:2]
+    doc[keys[0]] *= 1.5
+    doc[keys[1]] *= 1 + 1e-14
+    path.write_text(json.dumps(doc))
+    assert main(["--committed", str(committed), "--regenerated", str(regenerated), "--reports", "netsim"]) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("- **netsim**"))
+    assert "; 1 differ beyond the tolerance (largest relative difference 0.5)" in line
+    assert "; 1 more differ in the last digits only, within the tolerance (largest relative difference 1e-14)" in line
+
+
 def test_a_failed_regeneration_is_reported_and_exits_1(tmp_path, monkeypatch, capsys):
     committed, _ = _copies(tmp_path)
     monkeypatch.setattr(check_reports, "regenerate", lambda name, work: 3)
