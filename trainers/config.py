@@ -172,8 +172,16 @@ def make_config(preset: str = "quick", overrides: dict[str, Any] | None = None) 
         set_dotted(cfg, key, value)
     validate(cfg)
     reset_ignored_init(cfg.pe)
+    reset_ignored_momentum(cfg.optim)
     cfg.data.ood_puzzles_sha256 = puzzle_file_sha256(cfg.data.ood_puzzles)
     return cfg
+
+
+def reset_ignored_momentum(o: OptimConfig) -> None:
+    """Put momentum back to its default for optimisers without one (AdamW): the same model then has the same
+    config whatever was asked through the API or ``--set`` (``pe-probe train`` refuses ``--momentum`` there)."""
+    if o.name != "sgd":
+        o.momentum = OptimConfig.momentum
 
 
 def check_puzzle_file(path: str | os.PathLike, option: str) -> Path:
@@ -189,6 +197,11 @@ def check_puzzle_file(path: str | os.PathLike, option: str) -> Path:
 
 def puzzle_file_sha256(path: str | None) -> str | None:
     """sha256 of the held-out puzzle file (None without one, or where it is no file: the trainers refuse that)."""
+    return file_sha256(path)
+
+
+def file_sha256(path: str | None) -> str | None:
+    """sha256 of a file a run reads (None without one, or where it is no file), recorded in its config."""
     if path is None or not Path(path).is_file():
         return None
     from pe_probe.io import sha256_file
@@ -328,6 +341,9 @@ class NetsimDataConfig:
     dim: int = 2  # 2 or 3 (grid / random layouts)
     layout: str = "grid"  # "grid" | "random" | "file"
     coords_file: str | None = None  # N x k coordinates for layout "file"
+    # sha256 of that file's bytes, recorded by `make_masked_config`: resuming or evaluating the run with an edited file
+    # is refused (the path alone let both go on with another network)
+    coords_file_sha256: str | None = None
     length_scale: float = 1.5  # kernel exp(-d / length_scale) for edge probability and weight
     p_connect: float = 0.8  # edge probability at distance 0
     spectral_radius: float = 0.9
@@ -426,6 +442,9 @@ def make_masked_config(task: str, preset: str = "quick", overrides: dict[str, An
                          "in sorted order), not both")
     validate_masked(cfg)
     reset_ignored_init(cfg.pe)
+    reset_ignored_momentum(cfg.optim)
+    if task == "netsim":  # the config records the coordinate file's content, not just its path
+        cfg.data.coords_file_sha256 = file_sha256(cfg.data.coords_file)
     if task == "brain" and cfg.data.test_subjects.strip():  # the config records how many the ids hold out
         cfg.data.n_test_subjects = len(subject_id_list(cfg.data.test_subjects))
     return cfg
