@@ -38,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run (or resume) the demo, then write the report folder atomically."""
     from trainers.demo import SIGMAS, run_demo
+    from trainers.train import RunDirRefused
 
     p = parser()
     args = p.parse_args(argv)
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         with staged_dir(args.out) as out:
             copy_outputs(args.runs, out, list(SIGMAS))
             (out / "README.md").write_text(readme(summary.read_text(), args.runs, list(SIGMAS)))
+    except RunDirRefused as e:  # the trainer's fix names its --out, which here is --runs
+        p.error(f"{e.subject} {e.reason}; pass another --runs, or --force to retrain the two runs from scratch")
     except InputError as e:
         p.error(first_line(e))
     print(f"wrote {args.out / 'README.md'}")

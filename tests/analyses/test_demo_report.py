@@ -71,3 +71,21 @@ def test_compare_sources_are_written_relative_to_the_demo_folder(tmp_path):
     src.write_text(f"source,label,notes\n{inside},sigma-0.1,\"a, b\"\n/elsewhere/x.pt,x,\n")
     relative_sources(src, dst, demo)
     assert dst.read_text() == "source,label,notes\nruns/sigma-0.1/last.pt,sigma-0.1,\"a, b\"\n/elsewhere/x.pt,x,\n"
+
+
+def test_a_refused_run_folder_names_runs_not_the_trainers_out(tmp_path, monkeypatch, capsys):
+    """The trainer's fix 'use another --out' named the report folder's option; the runs are --runs here."""
+    import trainers.demo
+    from analyses.demo import report
+    from trainers.train import RunDirRefused
+
+    def refused(runs, force=False):
+        raise RunDirRefused(runs / "runs" / "sigma-0.1", "holds a run with a different config: optim.epochs (6 -> 40)",
+                            "use another --out, or --force to restart")
+
+    monkeypatch.setattr(trainers.demo, "run_demo", refused)
+    with pytest.raises(SystemExit) as e:
+        report.main(["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "optim.epochs (6 -> 40); pass another --runs, or --force to retrain" in err and "--out" not in err
