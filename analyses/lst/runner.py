@@ -52,6 +52,19 @@ def write_spec(run_dir: Path, spec_dict: dict) -> None:
     (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2) + "\n")
 
 
+def last_error(log: Path, limit: int = 300) -> str:
+    """The reason a run failed: the last line of its log that says error (the trainer's one-line refusal), else
+    its last non-empty line, cut to ``limit`` characters; what the sweep's FAILED line shows."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    lines = [ln for ln in lines if not ln.startswith("# ")]  # the runner's own command line
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    line = (errors or lines or ["empty log"])[-1]
+    return line if len(line) <= limit else line[:limit] + "…"
+
+
 def pe_probe_command() -> list[str]:
     """How to call ``pe-probe``: the console script beside this interpreter, else ``python -m``."""
     exe = Path(sys.executable).with_name("pe-probe")
@@ -116,7 +129,8 @@ class LocalRunner(Runner):
             del self._running[name]
             res = RunResult(name, str(out), rc, time.time() - t0)
             self._done.append(res)
-            self.log(f"{'finished' if rc == 0 else f'FAILED (rc {rc})'} {name} in {res.seconds:.0f} s")
+            why = "" if rc == 0 else f": {last_error(out / 'train.log')} (log: {out / 'train.log'})"
+            self.log(f"{'finished' if rc == 0 else f'FAILED (rc {rc})'} {name} in {res.seconds:.0f} s{why}")
 
     def wait(self) -> list[RunResult]:
         while self._queue or self._running:

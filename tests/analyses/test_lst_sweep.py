@@ -660,3 +660,18 @@ def test_the_grids_eval_every_divides_its_checkpoint_spacing(preset, epochs):
     cfg = G.build_grid(preset, epochs=epochs, seeds=1, sigmas=(0.1,), include=("sigma",))[0].config()
     assert cfg.ckpt_every % cfg.eval_every == 0  # every checkpoint falls on a regular evaluation
     assert cfg.eval_every <= G.PRESET_EVAL_EVERY[preset]
+
+
+def test_a_failed_run_says_why_on_the_sweeps_line(tmp_path, monkeypatch):
+    """'FAILED (rc 2) <run> in 5 s' gave no reason; the trainer's refusal was only in RUN/train.log."""
+    script = ("import sys; print('epoch 1'); sys.stderr.write('pe-probe train: error: could not generate 30 puzzles "
+              "per level; lower --min-jaccard\\n'); sys.exit(2)")
+    monkeypatch.setattr(R, "pe_probe_command", lambda: [sys.executable, "-c", script])
+    lines = []
+    spec = G.build_grid("quick", sigmas=(0.1,), seeds=1, epochs=2, include=("sigma",))[0]
+    runner = R.LocalRunner(1, log=lines.append, poll_s=0.05)
+    runner.submit(spec, tmp_path / spec.name)
+    assert [r.returncode for r in runner.wait()] == [2]
+    failed = [ln for ln in lines if "FAILED" in ln]
+    assert failed and "lower --min-jaccard" in failed[0] and str(tmp_path / spec.name / "train.log") in failed[0]
+    assert R.last_error(tmp_path / "missing.log") == "no log"
