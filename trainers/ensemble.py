@@ -808,8 +808,22 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
 
 
 def member_name(cfg: TrainConfig) -> str:
-    """Run-folder name of a member: ``<pe>_sigma<σ>_lr<lr>_seed<seed>``."""
-    return f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+    """Run-folder name of a member: ``<pe>_sigma<σ>_lr<lr>_seed<seed>``, then ``_init<init>``, ``_<optimizer>``,
+    ``_wd<weight decay>`` and ``_mom<momentum>`` (SGD) for each that is not the default, so that ensembles that
+    differ in them can share one ``--out`` (they were refused there as another config)."""
+    from trainers.config import OptimConfig, PEConfig
+    from trainers.pe import TABLE_INIT_KINDS
+
+    name = f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+    if cfg.pe.kind in TABLE_INIT_KINDS and cfg.pe.init != PEConfig.init:
+        name += f"_init{cfg.pe.init}"
+    if cfg.optim.name != OptimConfig.name:
+        name += f"_{cfg.optim.name}"
+    if cfg.optim.weight_decay != OptimConfig.weight_decay:
+        name += f"_wd{cfg.optim.weight_decay:g}"
+    if cfg.optim.name == "sgd" and cfg.optim.momentum != OptimConfig.momentum:
+        name += f"_mom{cfg.optim.momentum:g}"
+    return name
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -113,6 +113,22 @@ def test_members_really_differ_and_groups_are_split():
     assert member_name(b) == "learned_sigma2_lr0.001_seed2"
 
 
+def test_member_names_carry_the_non_default_init_and_optimizer_settings():
+    """Ensembles differing only in weight decay or PE init got the same folder names: a second command into the
+    same --out was refused as another config (and its --force hint would have deleted the first runs)."""
+    import dataclasses
+
+    b = tiny(**MEMBERS[1])
+    wd = dataclasses.replace(b, optim=dataclasses.replace(b.optim, weight_decay=0.1))
+    zeros = dataclasses.replace(b, pe=dataclasses.replace(b.pe, init="zeros"))
+    sgd = dataclasses.replace(b, optim=dataclasses.replace(b.optim, name="sgd", momentum=0.5))
+    names = {member_name(c) for c in (b, wd, zeros, sgd)}
+    assert len(names) == 4 and member_name(b) == "learned_sigma2_lr0.001_seed2"
+    assert member_name(wd) == "learned_sigma2_lr0.001_seed2_wd0.1"
+    assert member_name(zeros) == "learned_sigma2_lr0.001_seed2_initzeros"
+    assert member_name(sgd) == "learned_sigma2_lr0.001_seed2_sgd_mom0.5"
+
+
 def test_ensemble_checkpoint_is_an_ordinary_checkpoint(tmp_path, capsys):
     from pe_probe.cli import main
 
