@@ -44,6 +44,29 @@ DATA_LINKS = (
 )
 
 
+VIEW_WORDS = {
+    "q": "the table as the first attention layer's queries see it (W_Q applied after the token embedding and layer "
+         "norm): each row is a position's query",
+    "k": "the table as the first attention layer's keys see it (W_K applied after the token embedding and layer "
+         "norm): each row is a position's key",
+    "qk": "the table as the first attention layer's queries and keys see it: each row is a position's query and key",
+    "kernel": "the positional attention kernel softmax(QKᵀ/√d) averaged over heads: each row is a position's attention "
+              "profile over the positions",
+    "attention": "the model's attention maps on task puzzles, averaged over puzzles: each row is a position's attention "
+                 "profile",
+}
+
+
+def _view_line(provenance: dict) -> str:
+    """What was analysed in place of the raw table, for ``--view``: the page's 'PE table' is that matrix."""
+    info = provenance.get("view")
+    name = info.get("view") if isinstance(info, dict) else None
+    if name not in VIEW_WORDS:
+        return ""
+    return (f"<p>View <code>{html.escape(name)}</code>: {html.escape(VIEW_WORDS[name])}. This page's "
+            f"&ldquo;PE table&rdquo; and &ldquo;PE distance&rdquo; refer to that matrix.</p>\n")
+
+
 def _source_line(provenance: dict) -> str:
     parts = []
     for key in ("source", "param", "parameter", "layer", "ground_truth", "gt_spec", "step", "seed"):
@@ -96,7 +119,7 @@ def write_index(result: AnalysisResult, out_dir: Path, figure_names: Sequence[st
 <p>Did this positional-encoding table recover the true geometry of its {n} positions
 (ground truth <code>{html.escape(str(result.gt_spec))}</code>, {k}-D; PE distance: {html.escape(result.pe_metric)};
 table {n} x {result.table.shape[1]})? {_source_line(result.provenance)}</p>
-<p class="verdict">{html.escape(verdict(result.metrics, result.provenance))}</p>{_notes(result.provenance)}
+{_view_line(result.provenance)}<p class="verdict">{html.escape(verdict(result.metrics, result.provenance))}</p>{_notes(result.provenance)}
 <h2>Headline metrics</h2>
 <table><tr><th>metric</th><th>value</th><th>what it means</th></tr>
 {rows}

@@ -146,3 +146,17 @@ def test_the_shepard_line_is_the_median_per_true_distance(sinusoid_result):
     want = shep.assign(t=shep.true_distance.round(6)).groupby("t").pe_distance.median()
     np.testing.assert_allclose(line.get_ydata(), want.to_numpy(), rtol=1e-6)
     plt.close(fig)
+
+
+def test_a_views_page_says_what_matrix_it_analysed(sinusoid_result, tmp_path):
+    """--view kernel's page said 'PE table' / 'PE distance' throughout and named the view only by a param suffix."""
+    import dataclasses
+
+    from pe_probe.report.index import write_index
+
+    for name in ("raw", "k"):
+        (tmp_path / name).mkdir()
+    assert "<p>View " not in write_index(sinusoid_result, tmp_path / "raw", [], interactive=False).read_text()
+    prov = dict(sinusoid_result.provenance, view={"view": "kernel", "param": "x"})
+    page = write_index(dataclasses.replace(sinusoid_result, provenance=prov), tmp_path / "k", [], interactive=False).read_text()
+    assert "<p>View <code>kernel</code>: the positional attention kernel" in page and "refer to that matrix" in page
