@@ -130,20 +130,10 @@ def rsa_below_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> t
     merely large p only says the table does not follow them). A Mantel test whose permutations cannot reach
     `ALPHA` (--n-perm below 20) does not count. ``reason`` is empty when the answer is yes, else a clause saying
     why not ('its 95% bootstrap interval includes 0')."""
-    provenance = provenance or {}
-    tests = 0
-    if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
-        tests += 1
-        if float(metrics["rsa_ci_high"]) >= 0:
-            return False, "its 95% bootstrap interval includes 0"
-    if _ok(metrics, "rsa_p") and _p_can_reach_alpha(provenance):
-        tests += 1
-        if float(metrics["rsa_p"]) < 1 - ALPHA:
-            return False, (f"the one-sided permutation test (p = {float(metrics['rsa_p']):.3g}) does not place it among "
-                           f"the lowest {_pct(ALPHA)} of random relabellings of positions")
-    if not tests:
+    answer, reason = _rsa_sign_tested(metrics, provenance or {}, above=False)
+    if answer is None:
         return False, "it was not tested against zero (no bootstrap interval and no permutation test that can reach p < 0.05)"
-    return True, ""
+    return answer, reason
 
 
 def rsa_above_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> tuple[bool | None, str]:
@@ -152,16 +142,25 @@ def rsa_above_zero(metrics: dict, provenance: dict[str, Any] | None = None) -> t
     Every test that was computed must say so: the 95% bootstrap interval lies above 0, and ``rsa_p`` < `ALPHA`
     (a Mantel test that cannot reach `ALPHA` does not count). ``reason`` says why not ('its 95% bootstrap interval
     includes 0'), empty when the answer is yes or None."""
-    provenance = provenance or {}
+    return _rsa_sign_tested(metrics, provenance or {}, above=True)
+
+
+def _rsa_sign_tested(metrics: dict, provenance: dict[str, Any], above: bool) -> tuple[bool | None, str]:
+    """`rsa_above_zero` (``above``) or `rsa_below_zero`'s tests: None when neither the CI nor a Mantel test that
+    can reach `ALPHA` was computed."""
     tests = 0
     if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
         tests += 1
-        if float(metrics["rsa_ci_low"]) <= 0:
+        if (float(metrics["rsa_ci_low"]) <= 0) if above else (float(metrics["rsa_ci_high"]) >= 0):
             return False, "its 95% bootstrap interval includes 0"
     if _ok(metrics, "rsa_p") and _p_can_reach_alpha(provenance):
         tests += 1
-        if float(metrics["rsa_p"]) >= ALPHA:
-            return False, f"the permutation test gives p = {float(metrics['rsa_p']):.3g}, not below {ALPHA:g}"
+        p = float(metrics["rsa_p"])
+        if above and p >= ALPHA:
+            return False, f"the permutation test gives p = {p:.3g}, not below {ALPHA:g}"
+        if not above and p < 1 - ALPHA:
+            return False, (f"the one-sided permutation test (p = {p:.3g}) does not place it among the lowest "
+                           f"{_pct(ALPHA)} of random relabellings of positions")
     return (True, "") if tests else (None, "")
 
 
