@@ -118,7 +118,7 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--optimizer", default=None, choices=["adamw", "sgd"], help="optimiser (default: adamw)")
     g.add_argument("--lr", type=float, default=None, help="learning rate (quick 1e-3, paper 1e-4)")
     g.add_argument("--weight-decay", type=float, default=None, help="weight decay (default: 0)")
-    g.add_argument("--momentum", type=float, default=None, help="SGD momentum (default: 0.9)")
+    g.add_argument("--momentum", type=float, default=None, help="SGD momentum, with --optimizer sgd only (default: 0.9)")
     g.add_argument("--batch-size", type=int, default=None, help="batch size (default: 128)")
     g.add_argument("--epochs", type=int, default=None, help="epochs (quick 40, paper 4000)")
     g.add_argument("--eval-every", type=int, default=None, help="evaluate every N epochs and at the end (quick 5, paper 50)")
@@ -162,7 +162,20 @@ def config_from_args(args: argparse.Namespace):
         "eval_every": args.eval_every, "ckpt_every": args.ckpt_every,
         "data.n_per_level": args.n_per_level, "data.ood_puzzles": ood, "data.min_jaccard": args.min_jaccard,
     }
+    check_momentum_given(args)
     return make_config(args.preset, overrides)
+
+
+def check_momentum_given(args: argparse.Namespace) -> None:
+    """Refuse --momentum for an optimiser without one: AdamW ignores it, but the config recorded it, so the same
+    command without it was refused on resume as another config (`trainers.config.reset_ignored_momentum`)."""
+    from trainers.config import PRESETS, OptimConfig
+
+    preset = PRESETS.get(args.preset, {})  # an unknown preset is `make_config`'s to refuse
+    optimizer = args.optimizer if args.optimizer is not None else preset.get("optim.name", OptimConfig.name)
+    if args.momentum is not None and optimizer == "adamw":  # an unknown name is `validate`'s to refuse
+        raise InputError(f"--momentum applies to --optimizer sgd only, not to --optimizer {optimizer} (which has no "
+                         f"momentum setting); drop it or pass --optimizer sgd")
 
 
 MASKED_TASKS = ("netsim", "brain")
@@ -289,7 +302,7 @@ def masked_train_main(argv: list[str], task: str) -> int:
     if task == "netsim" and args.layout == "file" and coords:  # the config records the nodes the file holds
         from trainers.tasks.netsim import node_layout
 
-        gt = node_layout("file", coords_file=coords)
+        gt = node_layout("file", coords_file=args.coords_file)  # its errors name the file as the user gave it
         for flag, given, held in (("--n-nodes", args.n_nodes, gt.n), ("--dim", args.dim, gt.dim)):
             if given is not None and given != held:
                 raise InputError(f"{flag} {given} disagrees with --coords-file {args.coords_file} ({gt.n} nodes in "

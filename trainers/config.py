@@ -236,6 +236,7 @@ MAX_N_PER_LEVEL = 1_000_000  # ~4 s per 100,000 puzzles a level to generate
 MAX_OOD_PER_LEVEL = 10_000  # the default --min-jaccard leaves no pool above ~200 a level
 MAX_NETSIM = {"n_nodes": 10_000, "n_train": 1_000_000, "n_test": 1_000_000, "window": 10_000, "sample_every": 1_000,
               "burn_in": 1_000_000}
+MIN_NODES = 4  # netsim: the fewest nodes a network may have
 MAX_NETSIM_VALUES = 2_000_000_000  # (n_train + 2 n_test) x n_nodes x window float32 samples: 8 GB
 MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
 
@@ -474,12 +475,14 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
         _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
     _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
     if cfg.task == "netsim":
-        _check(_int(d.n_nodes) and d.n_nodes >= 4, f"--n-nodes must be an integer >= 4, got {d.n_nodes!r}")
+        _check(_int(d.n_nodes) and d.n_nodes >= MIN_NODES, f"--n-nodes must be an integer >= {MIN_NODES}, got {d.n_nodes!r}")
         _check(d.dim in (2, 3), f"--dim must be 2 or 3, got {d.dim!r}")
         _check(d.layout in ("grid", "random", "file"), f"--layout must be grid, random or file, got {d.layout!r}")
         _check(d.layout != "file" or isinstance(d.coords_file, str), "--layout file needs --coords-file FILE")
         _check(d.layout == "file" or d.coords_file is None,
                f"--coords-file applies only with --layout file (this run's layout is {d.layout}); add --layout file or drop it")
+        _check(d.coords_file_sha256 is None or isinstance(d.coords_file_sha256, str),
+               "data.coords_file_sha256 must be the coordinate file's sha256 (text) or null")
         for name in ("length_scale", "p_connect", "spectral_radius", "tau", "dt", "noise", "ood_noise"):
             _check(_finite(getattr(d, name)) and getattr(d, name) > 0, f"data.{name} must be a finite number > 0")
         _check(d.p_connect <= 1, f"data.p_connect must be <= 1, got {d.p_connect!r}")

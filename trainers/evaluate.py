@@ -267,6 +267,21 @@ def check_finite_weights(state: dict[str, Tensor], path: Any) -> None:
                              f"evaluate an earlier checkpoint (RUN/checkpoints/step-N.pt) or re-train")
 
 
+def check_run_coords_file(config: dict[str, Any], path: Any) -> None:
+    """A netsim run's coordinate file must still hold what it held when the run was trained (its sha256 is in the
+    config): the splits are regenerated from the network it builds, so an edited file gave other metrics silently."""
+    from pe_probe.errors import InputError
+    from trainers.config import MaskedTrainConfig, validate_masked
+    from trainers.tasks.netsim import check_coords_file
+
+    with rebuilding_model(path):
+        cfg = validate_masked(MaskedTrainConfig.from_dict(config))
+    try:
+        check_coords_file(cfg.data)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
+
+
 def evaluate_checkpoint(
     path: str | os.PathLike, puzzles: str | os.PathLike | None = None, device: str = "cpu"
 ) -> dict[str, float | int]:
@@ -292,6 +307,8 @@ def evaluate_checkpoint(
             from pe_probe.errors import InputError
 
             raise InputError(f"--puzzles applies to the Latin Square Task only; {path} is a {task} checkpoint")
+        if task == "netsim":
+            check_run_coords_file(ckpt["config"], path)
         return evaluate_masked_checkpoint(path, device=device)
     model, cfg = model_from_checkpoint(ckpt, dev, path)
     if puzzles is None:  # data sizes above every preset were refused with the config (`trainers.config.validate`)

@@ -277,16 +277,29 @@ def flatten_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # Keys older configs lack: absent in a run's stored config, they do not make a resume "another config"
-RECORDED_SINCE = ("data.ood_puzzles_sha256",)
+RECORDED_SINCE = ("data.ood_puzzles_sha256", "data.coords_file_sha256")
+# sha256 keys of files a run reads -> the key of that file's path (a resume with the file edited names it)
+FILE_HASHES = {"data.ood_puzzles_sha256": "data.ood_puzzles", "data.coords_file_sha256": "data.coords_file"}
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any],
                        ignore: tuple[str, ...] = IGNORED_FOR_RESUME) -> list[tuple[str, Any, Any]]:
     """(dotted key, old value, new value) for each setting that differs between two config dicts (nested or
-    already flat), sorted by key, keys in ``ignore`` left out; a key missing on one side has the value None there."""
+    already flat), sorted by key, keys in ``ignore`` left out; a key missing on one side has the value None there.
+    Momentum is left out where neither side trains with SGD: AdamW ignores it (configs written before
+    `trainers.config.reset_ignored_momentum` may hold any value)."""
     a, b = flatten_config(old), flatten_config(new)
+    if "sgd" not in (a.get("optim.name"), b.get("optim.name")):
+        ignore = (*ignore, "optim.momentum")
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
             if k not in ignore and a.get(k) != b.get(k) and not (k in RECORDED_SINCE and a.get(k) is None)]
+
+
+def edited_file(diff: list[tuple[str, Any, Any]], new: dict[str, Any]) -> str | None:
+    """The path of a file the run reads whose content changed (its sha256 differs, its path does not), if any."""
+    changed, flat = {k for k, _, _ in diff}, flatten_config(new)
+    return next((flat[path] for key, path in FILE_HASHES.items()
+                 if key in changed and path not in changed and flat.get(path) is not None), None)
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -360,14 +373,21 @@ def _read_config(out: Path) -> dict[str, Any]:
     raise RunDirRefused(path, reason, f"use --force to restart the run in {out}") from None
 
 
+def _shown(key: str, value: Any) -> str:
+    """A config value for a refusal: a file's sha256 cut to its first 12 digits (64 made the line unreadable)."""
+    return repr(f"{value[:12]}...") if key in FILE_HASHES and isinstance(value, str) else repr(value)
+
+
 def _refuse_other_config(out: Path, old: dict[str, Any], new: dict[str, Any], what: str) -> None:
     diff = config_differences(old, new)
     if diff:
         diff.sort(key=lambda d: d[0] != "task")  # another task first: it explains every other difference
-        shown = ", ".join(f"{k} ({was!r} -> {now!r})" for k, was, now in diff[:3])
+        shown = ", ".join(f"{k} ({_shown(k, was)} -> {_shown(k, now)})" for k, was, now in diff[:3])
         shown += f" and {len(diff) - 3} more" if len(diff) > 3 else ""
-        raise RunDirRefused(out, f"holds {what} with a different config: {shown}",
-                            "use another --out, or --force to restart", differences=tuple(diff))
+        edited = edited_file(diff, new)  # in the reason: the sweep pipelines show it with their own fix
+        shown += f" ({edited} has changed since the run was trained)" if edited else ""
+        fix = f"{'restore it, or ' if edited else ''}use another --out, or --force to restart"
+        raise RunDirRefused(out, f"holds {what} with a different config: {shown}", fix, differences=tuple(diff))
 
 
 def check_run_dir(cfg: TrainConfig, out: Path, force: bool) -> dict[str, Any] | None:

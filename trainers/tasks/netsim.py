@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,9 +77,14 @@ def node_layout(layout: str = "grid", n_nodes: int = 64, dim: int = 2, seed: int
     if layout == "file":
         if not coords_file:
             raise InputError("netsim layout 'file' needs a coordinate file (--coords-file FILE, N x k numbers)")
+        from trainers.config import MIN_NODES
+
         gt = parse_ground_truth(coords_file)
         if gt.dim not in (2, 3):
             raise InputError(f"netsim coordinates must be 2D or 3D, {coords_file} has {gt.dim} columns")
+        if gt.n < MIN_NODES:  # named here: the config's --n-nodes check would name a flag the user did not pass
+            raise InputError(f"{coords_file} has {gt.n} row{'' if gt.n == 1 else 's'} (nodes); a network needs at "
+                             f"least {MIN_NODES}: give one row of coordinates per node")
         return GroundTruth(gt.coords, gt.spec, "file", None)
     if dim not in (2, 3):
         raise InputError(f"netsim --dim must be 2 or 3, got {dim!r}")
@@ -169,8 +175,27 @@ def activity_geometry(activity: np.ndarray, coords: np.ndarray) -> dict[str, flo
     }
 
 
+def check_coords_file(data: Any) -> None:
+    """Refuse a coordinate file that is gone or whose bytes differ from the sha256 the run's config recorded
+    (``data.coords_file_sha256``; older configs lack it): it would build another network, so every split would
+    be another task's (evaluate and resume went on with it silently)."""
+    recorded = getattr(data, "coords_file_sha256", None)
+    if data.layout != "file" or recorded is None:
+        return
+    from trainers.config import file_sha256
+
+    path = data.coords_file
+    if not Path(path).is_file():
+        raise InputError(f"the run's coordinate file {path} (data.coords_file in its config) is not found; restore it "
+                         f"there: the run's network and data are built from it")
+    if file_sha256(path) != recorded:
+        raise InputError(f"the run's coordinate file {path} has changed since the run was trained (its sha256 differs "
+                         f"from data.coords_file_sha256 in the config); restore it, or train a new run on it as it is now")
+
+
 def make_network(data: Any) -> Network:
     """The fixed network of a netsim data config (`trainers.config.NetsimDataConfig`)."""
+    check_coords_file(data)
     gt = node_layout(data.layout, data.n_nodes, data.dim, data.seed, data.coords_file)
     return build_network(gt, length_scale=data.length_scale, p_connect=data.p_connect,
                          spectral_radius=data.spectral_radius, seed=data.seed)
