@@ -14,7 +14,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from pe_probe.errors import InputError, check_utf8_out, show_path
 
@@ -385,21 +385,44 @@ def note_ignored_init(args: argparse.Namespace, pe: Any) -> None:
 
 
 @contextlib.contextmanager
-def where_it_stopped(out: str | os.PathLike, epochs: int) -> Iterator[None]:
-    """On Ctrl-C or a kill during training, say what a rerun of the same command will do: resume from the
-    epoch in ``out``/last.pt, or start over when no checkpoint was written yet."""
+def where_it_stopped(outs: str | os.PathLike | Sequence[str | os.PathLike], epochs: int) -> Iterator[None]:
+    """On Ctrl-C, a kill or a closed output pipe during training, say what a rerun of the same command will do:
+    resume from the epoch in each run's last.pt (``outs``: one run folder, or an ensemble's), or start over where
+    no checkpoint was written yet. A closed pipe (``| head``) stops training with exit 141, as SIGPIPE would:
+    going on would train for hours with nothing shown, and exit 0 called an unfinished run finished."""
+    runs = [Path(outs)] if isinstance(outs, (str, os.PathLike)) else [Path(o) for o in outs]
     try:
         yield
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except (KeyboardInterrupt, SystemExit, BrokenPipeError) as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        from trainers.checkpoint import last_epoch
-
-        epoch = last_epoch(out)  # None without one, or a torn one (the trainer refuses it on the rerun, and says so)
-        state = (f"the last checkpoint is epoch {epoch} of {epochs} ({Path(out) / 'last.pt'}): rerun the same command "
-                 f"to resume from it" if epoch is not None else "no checkpoint was written yet: a rerun starts over")
-        sys.stderr.write(f"pe-probe train: stopped; {state}\n")
+        why = ""
+        if isinstance(exc, BrokenPipeError):
+            try:
+                sys.stdout = open(os.devnull, "w")  # nothing more can be shown there, and exit must not flush it
+            except OSError:
+                pass
+            why = ": its output was closed (a broken pipe, e.g. `| head`)"
+        sys.stderr.write(f"pe-probe train: stopped{why}; {_resume_state(runs, epochs)}\n")
+        if isinstance(exc, BrokenPipeError):
+            raise SystemExit(128 + 13) from None
         raise
+
+
+def _resume_state(runs: list[Path], epochs: int) -> str:
+    """What a rerun of the same command does with these run folders, in words."""
+    from trainers.checkpoint import last_epoch
+
+    done = [e for e in (last_epoch(r) for r in runs) if e is not None]  # None: no checkpoint, or a torn one
+    if len(runs) == 1:
+        return (f"the last checkpoint is epoch {done[0]} of {epochs} ({runs[0] / 'last.pt'}): rerun the same command "
+                f"to resume from it" if done else "no checkpoint was written yet: a rerun starts over")
+    if not done:
+        return f"none of the {len(runs)} runs has a checkpoint yet: a rerun starts them over"
+    span = f"epoch {min(done)}" if min(done) == max(done) else f"epochs {min(done)}-{max(done)}"
+    rest = f"; the other {len(runs) - len(done)} start over" if len(done) < len(runs) else ""
+    return (f"{len(done)} of {len(runs)} runs have a checkpoint ({span} of {epochs}, under {show_path(runs[0].parent)}): "
+            f"rerun the same command to resume them{rest}")
 
 
 # Runs one ``--ensemble-*`` command may train: the study's sweep is 300. A range such as 0-99999999 (a typo)
@@ -513,8 +536,9 @@ def ensemble_main(args: argparse.Namespace) -> int:
         twin = next(o for o in outs if outs.count(o) > 1)
         raise InputError(f"two runs of the lists would share the folder {twin.name}: its name rounds their values; "
                          f"give values that differ in their first 6 significant digits")
-    results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile, amp=args.bf16,
-                             workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
+    with where_it_stopped(outs, max(c.optim.epochs for c in cfgs)):
+        results = train_ensemble(cfgs, outs, force=args.force, max_group=args.ensemble_max, compile=args.compile,
+                                 amp=args.bf16, workers=args.ensemble_workers, cuda_graphs=args.cuda_graphs, tf32=args.tf32)
     for out, m in zip(outs, results):
         print(f"{out}: train_acc {m.get('train_acc', float('nan')):.3f}  test_acc {m.get('test_acc', float('nan')):.3f}"
               f"  ood_acc {m.get('ood_acc', float('nan')):.3f}")

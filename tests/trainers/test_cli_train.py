@@ -397,6 +397,38 @@ def test_an_interrupted_training_says_what_a_rerun_will_do(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_an_interrupted_ensemble_and_a_closed_pipe_say_what_a_rerun_will_do(tmp_path, capsys, monkeypatch):
+    """An ensemble's Ctrl-C said only 'pe-probe: interrupted' (a kill nothing at all), and `train ... | head` stopped
+    training with exit 0 and no word, leaving an unfinished run that looked finished."""
+    import sys
+
+    from pe_probe.groundtruth import grid
+    from trainers.checkpoint import make_payload, save_checkpoint
+    from trainers.cli import where_it_stopped
+    from trainers.config import make_config
+    from trainers.model import PETransformer
+
+    runs = [tmp_path / "root" / name for name in ("a", "b", "c")]
+    cfg = make_config("quick", {"model.d_model": 16, "model.n_layers": 1, "model.n_heads": 1})
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(grid(4, 4).coords))
+    for run, epoch in zip(runs[:2], (6, 9)):
+        run.mkdir(parents=True)
+        save_checkpoint(make_payload(model, cfg.to_dict(), grid(4, 4), step=9, epoch=epoch, metrics={}), run / "last.pt")
+    with pytest.raises(KeyboardInterrupt), where_it_stopped(runs, 40):
+        raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert err.startswith("pe-probe train: stopped; 2 of 3 runs have a checkpoint (epochs 6-9 of 40, under ")
+    assert err.endswith("rerun the same command to resume them; the other 1 start over\n")
+    with pytest.raises(KeyboardInterrupt), where_it_stopped(runs[2:], 40):
+        raise KeyboardInterrupt
+    assert "no checkpoint was written yet" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test: the handler points it at devnull
+    with pytest.raises(SystemExit) as e, where_it_stopped(runs[0], 40):
+        raise BrokenPipeError
+    assert e.value.code == 141
+    assert capsys.readouterr().err.startswith("pe-probe train: stopped: its output was closed (a broken pipe")
+
+
 def test_the_pe_dimension_check_waits_for_a_coordinate_file_and_a_valid_dim(tmp_path):
     """A review found make_masked_config refusing sin3d for a 3D --layout file (the config's dim was the default
     2) and an invalid --dim 4 reported as 'this task's are 3D'."""
