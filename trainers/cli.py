@@ -627,6 +627,16 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--force", action="store_true", help="redo everything from scratch in a demo folder (a folder "
                    "of other files is still refused)")
     args = p.parse_args(argv)
-    summary = run_demo(args.out, epochs=args.epochs, n_per_level=args.n_per_level, device=args.device, force=args.force)
+    try:
+        summary = run_demo(args.out, epochs=args.epochs, n_per_level=args.n_per_level, device=args.device,
+                           force=args.force)
+    except BrokenPipeError:  # as `train`: stopping silently with exit 0 looked like a finished demo
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        sys.stderr.write(f"pe-probe demo: stopped: its output was closed (a broken pipe, e.g. `| head`); rerun the "
+                         f"same command to resume the demo in {show_path(args.out)}\n")
+        return 128 + 13
     print(summary.read_text())
     return 0

@@ -86,3 +86,19 @@ def test_a_moved_demo_folder_redoes_its_analyses_which_would_name_the_old_folder
     with open(moved / "compare" / "compare.csv", newline="") as f:
         sources = sorted(Path(row["source"]).resolve() for row in csv.DictReader(f))
     assert sources == sorted((moved / "runs" / n / "last.pt").resolve() for n in trainers.demo.SIGMAS)
+
+
+def test_a_closed_output_pipe_stops_the_demo_with_exit_141_and_a_line(tmp_path, monkeypatch, capsys):
+    """`pe-probe demo | head` stopped the demo with exit 0 and no word: it looked finished."""
+    import sys
+
+    from trainers.cli import demo_main
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(trainers.demo, "run_demo", closed)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test: the handler points it at devnull
+    assert demo_main(["--out", str(tmp_path / "d")]) == 141
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pe-probe demo: stopped: its output was closed" in err and "rerun the same" in err
