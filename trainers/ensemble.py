@@ -736,15 +736,18 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     opt = StackedOptimizer(stack, [m.cfg for m in members], device)
     start_epoch, step, elapsed = 0, 0, [0.0] * K
     metrics: list[dict[str, float]] = [{} for _ in members]
+    notes: list[str | None] = []
     for k, m in enumerate(members):
         if m.resume is not None:
             opt.load_member(k, m.resume["optimizer"], names)
             start_epoch, step = m.resume["epoch"], m.resume["step"]
             metrics[k] = dict(m.resume["metrics"])
             elapsed[k] = float(m.resume.get("elapsed_s", 0.0))
-            _trim_metrics(m.out / METRICS_FILE, start_epoch)
+            notes.append(_trim_metrics(m.out / METRICS_FILE, start_epoch))
     if start_epoch:
         log(f"{name_of}: resuming from epoch {start_epoch} (step {step})")
+    for note in filter(None, notes):
+        log(note)
     base = template_model(members[0].model)
 
     splits = {name: encode_split(ps, device) for name, ps in members[0].splits.items()}  # one data config per group

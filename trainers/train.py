@@ -329,10 +329,15 @@ def _clear_run(out: Path) -> None:
         shutil.rmtree(out / CKPT_DIR)
 
 
-def _trim_metrics(path: Path, max_epoch: int) -> None:
-    """Keep only metric lines up to ``max_epoch`` (lines written after the last checkpoint are redone)."""
+def _trim_metrics(path: Path, max_epoch: int) -> str | None:
+    """Keep only metric lines up to ``max_epoch`` (lines written after the last checkpoint are redone). Returns a
+    note when the log is missing although a run resumes after epoch 0 (the resumed log starts at that epoch: the
+    lines before it are gone, the checkpoints keep their own epochs' metrics)."""
     if not path.exists():
-        return
+        if max_epoch > 0:
+            return (f"note: {path} is missing, so the log restarts after epoch {max_epoch} (the evaluations before it "
+                    f"are not in it; each checkpoint in {path.parent / 'checkpoints'} keeps its own epoch's metrics)")
+        return None
     keep = []
     for line in path.read_text().splitlines():
         try:
@@ -341,6 +346,7 @@ def _trim_metrics(path: Path, max_epoch: int) -> None:
         except (ValueError, KeyError, TypeError):
             continue  # a torn last line from a crash
     _write_text_atomic(path, "".join(line + "\n" for line in keep))
+    return None
 
 
 class RunDirRefused(InputError):
@@ -469,8 +475,10 @@ def restore_run(resume: dict[str, Any] | None, model: torch.nn.Module, optimizer
     model.load_state_dict(resume["model"])
     optimizer.load_state_dict(resume["optimizer"])
     match_state_layout(optimizer)
-    _trim_metrics(out / METRICS_FILE, resume["epoch"])
+    note = _trim_metrics(out / METRICS_FILE, resume["epoch"])
     log(f"{out}: resuming from epoch {resume['epoch']} (step {resume['step']})")
+    if note:
+        log(note)
     return resume["epoch"], resume["step"], dict(resume["metrics"]), float(resume.get("elapsed_s", 0.0))
 
 

@@ -492,3 +492,15 @@ def test_a_run_asked_with_an_ignored_sigma_says_so_and_a_plain_command_resumes_i
     assert "already finished" in capsys.readouterr().out
     assert train_main(["lst", *TINY, "--pe", "learned", "--pe-init-std", "0.5", "--out", str(tmp_path / "l")]) == 0
     assert "ignores" not in capsys.readouterr().err
+
+
+def test_a_resume_without_its_metrics_log_says_the_log_restarts(tmp_path):
+    """A deleted metrics.jsonl made a resume restart the log silently: 15 of 28 lines were left, epochs 5-42 gone."""
+    from trainers.train import _trim_metrics
+
+    log = tmp_path / "metrics.jsonl"
+    note = _trim_metrics(log, 42)
+    assert note.startswith(f"note: {log} is missing, so the log restarts after epoch 42") and not log.exists()
+    assert _trim_metrics(log, 0) is None  # a fresh start: nothing lost
+    log.write_text("".join(f'{{"epoch": {e}}}\n' for e in range(1, 6)))
+    assert _trim_metrics(log, 3) is None and log.read_text().count("\n") == 3
