@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +274,7 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
 
         # a kill (SIGTERM, SIGHUP) raises SystemExit here; then, as on Ctrl-C or an error, the workers stop
         # at once: left alone they trained on, orphaned, for the rest of their runs
+        quiet_resource_tracker()
         with terminate_as_exit(), ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             try:
                 futures = {pool.submit(_train_one, task, preset, ov, str(out)): i
@@ -286,6 +288,15 @@ def run_sweep(task: str, runs_dir: Path, conds: list[dict[str, Any]], seeds: lis
     return [results[i] for i in range(len(jobs))]
 
 
+def quiet_resource_tracker() -> None:
+    """Keep multiprocessing's resource tracker (started with this process's warning options) from printing
+    'There appear to be N leaked semaphore objects to clean up at shutdown' after the one-line 'interrupted' when
+    Ctrl-C or a kill reaches the workers too: it cleans those semaphores up itself, so the warning is noise."""
+    option = "ignore:resource_tracker:UserWarning"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
+
+
 def stop_workers(pool: Any) -> None:
     """Terminate a process pool's workers now, rather than wait for their runs to end as leaving its `with`
     would (hours at the paper preset); the runs resume from their last checkpoint (written atomically)."""
@@ -295,6 +306,11 @@ def stop_workers(pool: Any) -> None:
         p.terminate()
     for p in processes:
         p.join(timeout=10)
+        if p.is_alive():  # deaf to SIGTERM: the shutdown below must not wait on it
+            p.kill()
+            p.join()
+    pool.shutdown(wait=True)  # the pool's manager thread then closes its queues (else their semaphores leak, and
+    # the resource tracker warns about them after the one-line 'interrupted')
 
 
 N_PERM = 199

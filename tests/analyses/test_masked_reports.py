@@ -536,3 +536,19 @@ def test_the_committed_brain_report_computes_its_ood_train_gap_as_ood_minus_trai
     np.testing.assert_allclose(runs["ood_train_gap"], runs["ood_mse"] - runs["train_mse"], rtol=0, atol=1e-12)
     means = runs.groupby("label")["ood_train_gap"].mean()
     np.testing.assert_allclose(summ.loc[means.index, "ood_train_gap"], means, rtol=1e-12)
+
+
+def test_the_resource_trackers_leak_warning_is_silenced_once(monkeypatch):
+    """Ctrl-C or a kill reaching the sweep's workers too printed a 2-line resource_tracker warning after the
+    one-line 'interrupted': the tracker, started with this process's warning options, is told to ignore it."""
+    import sys
+
+    from analyses.netsim.sweep import quiet_resource_tracker
+
+    monkeypatch.setattr(sys, "warnoptions", [])
+    quiet_resource_tracker()
+    quiet_resource_tracker()
+    assert sys.warnoptions == ["ignore:resource_tracker:UserWarning"]
+    from multiprocessing import util
+
+    assert "-Wignore:resource_tracker:UserWarning" in util._args_from_interpreter_flags()  # what the tracker gets
