@@ -66,9 +66,10 @@ _NOT_ABSOLUTE = re.compile(r"relative|rel_pos|rel_emb|offset_table|_bias|bias_ta
 # its source): OPT/BART-style tables hold max_position_embeddings + 2 rows looked up at position + 2;
 # RoBERTa-style ones are nn.Embedding(max_position_embeddings, d, padding_idx=pad_token_id) with position ids
 # from padding_idx + 1 (MPNet fixes padding_idx at 1; ESM only with position_embedding_type "absolute").
-_OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "biogpt", "mvp", "trocr"}
+_OFFSET2_TYPES = {"opt", "bart", "mbart", "plbart", "biogpt", "mvp", "trocr", "nystromformer", "mra"}
 _PADDING_IDX_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "ibert",
-                      "roberta-prelayernorm", "xmod", "mpnet", "esm"}
+                      "roberta-prelayernorm", "xmod", "mpnet", "esm", "markuplm", "layoutlmv3", "lilt", "luke",
+                      "altclip_text_model"}
 _VIT_TYPES = {"vit", "deit", "beit", "dinov2", "dino", "vit_mae", "vit_msn", "vit_hybrid", "clip_vision_model",
               "siglip_vision_model", "dinov2_with_registers", "ijepa"}
 # Separate tensors for the rows a ViT table holds before its patches (CLS; DeiT's distillation token).

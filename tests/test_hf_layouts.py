@@ -107,6 +107,12 @@ def test_loose_roberta_needs_its_zero_padding_row(tmp_path, rng) -> None:
       "relative_attention_num_buckets": 32}, "embeddings.position_embeddings.weight"),
     ({"model_type": "esm", "max_position_embeddings": 66, "pad_token_id": 1, "position_embedding_type": "absolute",
       "rope_theta": 10000.0}, "embeddings.position_embeddings.weight"),
+    # RoBERTa-style position ids from padding_idx + 1 (transformers 5.25: markuplm, layoutlmv3, lilt, luke, altclip)
+    *[({"model_type": t, "max_position_embeddings": 66, "pad_token_id": 1}, "embeddings.position_embeddings.weight")
+      for t in ("markuplm", "layoutlmv3", "lilt", "luke", "altclip_text_model")],
+    # nn.Embedding(max_position_embeddings + 2) looked up at arange(max) + 2 (nystromformer, mra)
+    *[({"model_type": t, "max_position_embeddings": 64}, "embeddings.position_embeddings.weight")
+      for t in ("nystromformer", "mra")],
 ])
 def test_offset_families_with_config(tmp_path, rng, config, name) -> None:
     table = _t(rng, 66, D)
