@@ -291,7 +291,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         res_list = analyze_view(args.source, args.view, args.ground_truth, layer=args.layer,
                                 attention_reference=args.attention_reference, **load, **kwargs)
-        results = [(r.provenance.get("layer"), r) for r in res_list]
+        # a source with one table records layer None: its one report is layer 0's, as with the raw view
+        results = [(i if r.provenance.get("layer") is None else r.provenance.get("layer"), r)
+                   for i, r in enumerate(res_list)]
     multi = len(results) > 1 or args.layer == "all"
     if args.out:
         if multi:

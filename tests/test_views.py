@@ -658,3 +658,16 @@ def test_a_positions_slices_kernel_distance_rho_is_against_the_slices_ground_tru
     expected = spearmanr(S[iu], -pdist(line(N).coords[4:12]))[0]  # positions 4..11 of the line
     assert info["kernel_distance_rho"] is not None and not math.isnan(info["kernel_distance_rho"])
     assert info["kernel_distance_rho"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_layer_all_with_a_view_of_a_one_table_source_writes_layer_0(tmp_path, rng, capsys):
+    """`--layer all --view q` of a GPT-2 folder printed '== layer None (q) ==' and wrote OUT/layer-None/."""
+    from pe_probe.cli import main
+
+    gpt2_folder(tmp_path / "gpt2", rng)
+    out = tmp_path / "out"
+    assert main(["analyze", str(tmp_path / "gpt2"), "-g", f"line:{N}", "--layer", "all", "--view", "q", "--out", str(out),
+                 "--n-perm", "10", "--n-boot", "10", "--n-null", "3", "--no-figures"]) == 0
+    text = capsys.readouterr().out
+    assert "== layer 0 (q) ==" in text and "== layer None" not in text and "layer-None" not in text
+    assert [p.name for p in out.iterdir() if p.is_dir()] == ["layer-0"]
