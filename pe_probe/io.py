@@ -259,6 +259,16 @@ def load_table(
         names = _find_pe(store, meta, shown)
     n_layers = len(names)
     chosen, layer_out = _choose_layer(names, layer, shown)
+    unused = _unused_table_type(chosen[0], meta["config"])
+    if unused and param is None:
+        raise NoPETableError(f"{shown}: its config says position_embedding_type {unused}, and transformers adds "
+                             f"{show_path(chosen[0])} to the input only for 'absolute': the model never reads this "
+                             f"table (its rows are its initialisation, not learned positions); pass --param "
+                             f"{show_path(chosen[0])} to analyse it anyway",
+                             reason=f"the model has no absolute PE table: config position_embedding_type {unused}")
+    if unused:
+        notes.append(f"config position_embedding_type {unused}: the model never reads this table (transformers adds it "
+                     f"only for 'absolute'), so its rows are its initialisation")
     if n_layers > 1 and layer is None:
         notes.append(f"{n_layers} per-layer tables; analysing layer 0 (use --layer N|mean|all)")
     if n_layers > 1 and not _numbered_from_zero(names):
@@ -314,6 +324,15 @@ def load_table(
         checkpoint_metrics=meta["metrics"], step=meta["step"], notes=notes,
         grid_hint=None if span else _grid_hint(chosen[0], n_rows - extra, meta["config"], store),
     )
+
+
+def _unused_table_type(name: str, config: dict | None) -> str | None:
+    """BERT-family ``position_embedding_type`` relative_key(_query): the ``*.position_embeddings.weight`` table
+    exists (transformers 4.x built it) but is added to the input only for "absolute"; the type, else None."""
+    pe_type = str(_sub_config(name, config).get("position_embedding_type", "")).lower()
+    if pe_type in ("relative_key", "relative_key_query") and name.lower().endswith("position_embeddings.weight"):
+        return pe_type
+    return None
 
 
 def _grid_hint(name: str, n_rows: int, config: dict | None, store: _Store) -> str | None:

@@ -296,3 +296,19 @@ def test_a_fixed_sinusoidal_table_is_noted_as_such(tmp_path, rng) -> None:
     for table in (learned, rng.normal(size=(48, 32))):
         np.save(tmp_path / "t.npy", table)
         assert not any("offset i - j" in n for n in load_table(tmp_path / "t.npy").notes)
+
+
+@pytest.mark.parametrize("pe_type", ["relative_key", "relative_key_query"])
+def test_a_bert_table_its_config_says_is_unused_is_refused_unless_named(tmp_path, rng, pe_type) -> None:
+    """transformers 4.x builds BertEmbeddings.position_embeddings for every position_embedding_type but adds it to
+    the input only for 'absolute': with relative_key its rows are an untrained initialisation, analysed silently."""
+    cfg = {"model_type": "bert", "max_position_embeddings": 64, "position_embedding_type": pe_type}
+    name = "bert.embeddings.position_embeddings.weight"
+    folder = _folder(tmp_path, cfg, {name: _t(rng, 64, D), "bert.embeddings.word_embeddings.weight": _t(rng, 100, D)})
+    with pytest.raises(NoPETableError, match=f"position_embedding_type {pe_type}.*pass --param {name}") as e:
+        load_table(folder)
+    assert "no absolute PE table" in e.value.reason
+    lt = load_table(folder, param=name)
+    assert lt.table.shape == (64, D) and any("never reads this table" in n for n in lt.notes)
+    cfg["position_embedding_type"] = "absolute"
+    assert load_table(_folder(tmp_path, cfg, {name: _t(rng, 64, D)}, "absolute")).param == name
