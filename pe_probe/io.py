@@ -904,11 +904,28 @@ def _extra_tokens(name: str, n_rows: int, config: dict | None, explicit: int | N
         return k, f"dropped {k} offset row{'s' if k > 1 else ''} at the top ({why}; {keep})"
     if _vit_evidence(name, cfg, store):
         found = _patch_rows(n_rows, cfg)
+        tokens = _hf_tokens_beside(store, name) if store is not None and not _patch_grid(cfg) else []
+        if tokens and n_rows - len(tokens) >= MIN_POSITIONS and (not found or found[0] != len(tokens)):
+            k = len(tokens)  # they overrule the square-grid guess: these rows are certain
+            return k, (f"dropped {k} leading row{'s' if k > 1 else ''} for {', '.join(map(show_path, tokens))} beside "
+                       f"the table (a Hugging Face ViT-style table holds their rows first, whatever its patch grid; {keep})")
         if found:
             k, gh, gw = found
             what = "CLS token" if k == 1 else "CLS + distillation tokens"
             return k, f"dropped {k} {what} ({n_rows} rows = {k} + {gh}x{gw} patches; {keep})"
     return 0, ""
+
+
+def _hf_tokens_beside(store: _Store, name: str) -> list[str]:
+    """The CLS / distillation tokens in the module of a Hugging Face-named table (``embeddings.position_embeddings``,
+    CLIP's ``embeddings.position_embedding.weight``): transformers' ViT, DeiT and CLIP always give them the
+    table's first rows, so no patch grid is needed to know (a loose 14x16-patch ViT table of 225 rows looked like
+    a 15x15 grid). timm's ``pos_embed`` is left to the grid rule: its ``no_embed_class`` tables hold patches only."""
+    if not (name.endswith(".position_embeddings") or name.endswith(".position_embedding.weight")):
+        return []
+    parent, width = _parent(name), math.prod(store.shapes[name][-1:])
+    return [n for n, s in store.shapes.items()
+            if _parent(n) == parent and n.rsplit(".", 1)[-1] in _CLS_NAMES and math.prod(s) == width > 0]
 
 
 def _offset_rows(name: str, n_rows: int, cfg: dict, store: _Store | None, src: str) -> tuple[int, str]:

@@ -61,6 +61,21 @@ def test_loose_vit_drops_cls_row_because_of_its_cls_token(tmp_path, rng) -> None
     assert deit.extra_tokens == 2 and deit.table.shape == (64, D)
 
 
+def test_loose_hf_vit_drops_its_cls_rows_whatever_its_patch_grid(tmp_path, rng) -> None:
+    """A loose ViT table of 1 + 14x16 = 225 rows kept its CLS row and was hinted grid:15x15 (225 is a square); one
+    of 1 + 8x12 = 97 rows kept it too. transformers' ViT/DeiT always put their tokens' rows first."""
+    for rows, distill in ((225, False), (97, False), (226, True)):
+        tensors = _vit(rng, rows, distill=distill)
+        lt = load_table(_loose(tmp_path, tensors, f"vit{rows}.safetensors"))
+        k = 2 if distill else 1
+        assert lt.extra_tokens == k and lt.table.shape == (rows - k, D)
+        np.testing.assert_allclose(lt.table, tensors["embeddings.position_embeddings"][0, k:].numpy())
+        assert any("cls_token" in n and "beside the table" in n for n in lt.notes) and lt.grid_hint != "grid:15x15"
+    # timm's pos_embed with a cls_token beside may hold patches only (no_embed_class): a square table is kept
+    timm = {"pos_embed": _t(rng, 1, 196, D), "cls_token": _t(rng, 1, 1, D)}
+    assert load_table(_loose(tmp_path, timm, "timm.safetensors")).extra_tokens == 0
+
+
 def test_plain_tables_with_cls_like_rows_are_never_cut(tmp_path, rng) -> None:
     """1 + 8x8 rows alone is no evidence: a GPT-style table, or a CLS token of another module or width, keeps all."""
     assert load_table(_loose(tmp_path, {"embeddings.position_embeddings": _t(rng, 1, 65, D)}, "a.safetensors")
