@@ -1026,6 +1026,7 @@ def _sub_config(name: str, config: dict | None) -> dict:
 # configs carry rope_theta beside an absolute table, ESM's): config keys, position_embedding_type, model types
 # and tensor names.
 _ROTARY, _RELATIVE, _ALIBI = "rotary position embeddings", "relative position biases", "ALiBi attention biases"
+_COMPUTED = "a fixed sinusoid computed at run time (a non-persistent buffer, not stored in the weights)"
 _NO_TABLE_KEYS = {"alibi": _ALIBI, "rotary_dim": _ROTARY, "rope_theta": _ROTARY, "rope_scaling": _ROTARY,
                   "rope_parameters": _ROTARY, "rotary_pct": _ROTARY, "rotary_emb_base": _ROTARY,
                   "relative_attention_num_buckets": _RELATIVE, "use_relative_position_bias": _RELATIVE,
@@ -1036,6 +1037,8 @@ _NO_TABLE_MODEL_TYPES = {
                      "gemma2", "phi", "phi3", "roformer"), _ROTARY),
     **dict.fromkeys(("t5", "mt5", "umt5", "longt5", "swin", "swinv2", "deberta-v2"), _RELATIVE),
     **dict.fromkeys(("bloom", "mpt"), _ALIBI),
+    **dict.fromkeys(("m2m_100", "xglm", "ctrl"), _COMPUTED),  # transformers 5.25: nn.Buffer(..., persistent=False)
+    "funnel": _RELATIVE,
 }
 _NO_TABLE_NAME = re.compile(r"(rotary_emb|inv_freq)|relative_position_bias|relative_attention_bias|rel_embeddings",
                             re.IGNORECASE)

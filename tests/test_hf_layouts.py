@@ -327,3 +327,14 @@ def test_a_bert_table_its_config_says_is_unused_is_refused_unless_named(tmp_path
     assert lt.table.shape == (64, D) and any("never reads this table" in n for n in lt.notes)
     cfg["position_embedding_type"] = "absolute"
     assert load_table(_folder(tmp_path, cfg, {name: _t(rng, 64, D)}, "absolute")).param == name
+
+
+@pytest.mark.parametrize("model_type", ["m2m_100", "xglm", "ctrl", "funnel"])
+def test_models_whose_positions_are_computed_or_relative_have_no_table(tmp_path, rng, model_type) -> None:
+    """M2M100, XGLM and CTRL compute their sinusoid at run time (never stored), Funnel uses relative attention: they
+    got 'no table found automatically, pass --param' and made `compare` fail instead of skipping them."""
+    folder = _folder(tmp_path, {"model_type": model_type}, {"model.embed_tokens.weight": _t(rng, 100, D),
+                                                             "model.layers.0.fc1.weight": _t(rng, 2 * D, D)})
+    with pytest.raises(NoPETableError, match="no absolute PE table") as e:
+        load_table(folder)
+    assert f"model_type {model_type}" in e.value.reason
