@@ -428,7 +428,8 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
         meta["sha256"] = sha256_file(*files)
         others = [f.name for f in folder.iterdir() if _HF_WEIGHTS.fullmatch(f.name) and f not in files]
         if others:  # which weights were read is otherwise visible only through the sha256
-            meta["notes"].append(f"read {show_path(files[0].name)}{' and its shards' if len(files) > 1 else ''}; "
+            read = index if weight_map is not None else single  # a sharded model is named by its index
+            meta["notes"].append(f"read {show_path(read)}{' and its shards' if weight_map is not None else ''}; "
                                  f"{', '.join(show_path(o) for o in sorted(others)[:3])} beside it not read "
                                  f"(safetensors first, as transformers)")
         if files[0].suffix == ".safetensors":

@@ -295,6 +295,16 @@ def test_a_folder_with_two_weight_formats_says_which_one_was_read(tmp_path, rng)
     lt = load_table(folder)
     assert "read model.safetensors; pytorch_model.bin beside it not read (safetensors first, as transformers)" in lt.notes
     assert lt.provenance()["notes"] == lt.notes
+    # sharded: the note names the index it followed, not its first shard ('read model-00002-of-00002... and its shards')
+    (folder / "model.safetensors").unlink()
+    shards = {"model-00001-of-00002.safetensors": {"transformer.wpe.weight": _t(rng, 16, D)},
+              "model-00002-of-00002.safetensors": {"transformer.wte.weight": _t(rng, 50, D)}}
+    for shard, tensors in shards.items():
+        save_file(tensors, str(folder / shard))
+    weight_map = {name: shard for shard, tensors in shards.items() for name in tensors}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert ("read model.safetensors.index.json and its shards; pytorch_model.bin beside it not read (safetensors "
+            "first, as transformers)") in load_table(folder).notes
 
 
 def test_a_fixed_sinusoidal_table_is_noted_as_such(tmp_path, rng) -> None:
