@@ -257,7 +257,8 @@ def analyze_view(source: str | os.PathLike, view: str, ground_truth=None, *, par
                 gt = gt.rows(*span)
             gt = _resolve_ground_truth(gt, ground_truth, len(table), span, full, meta.get("ground_truth_error"))
             kwargs = _reference_for_rows(analyze_kwargs, table, span, full)
-        prov = dict(base_prov, param=label, layer=info.get("layer"), view=info, notes=list(info.get("notes") or []),
+        notes = list(dict.fromkeys([*(meta.get("notes") or []), *(info.get("notes") or [])]))  # the source's too
+        prov = dict(base_prov, param=label, layer=info.get("layer"), view=info, notes=notes,
                     extra_tokens=info.get("extra_tokens"), original_shape=_stored_shape(state, info.get("param")))
         res = analyze(table, gt, provenance=prov, chance=chance, **kwargs)
         if view == "kernel":

@@ -671,3 +671,15 @@ def test_layer_all_with_a_view_of_a_one_table_source_writes_layer_0(tmp_path, rn
     text = capsys.readouterr().out
     assert "== layer 0 (q) ==" in text and "== layer None" not in text and "layer-None" not in text
     assert [p.name for p in out.iterdir() if p.is_dir()] == ["layer-0"]
+
+
+def test_a_views_provenance_keeps_the_sources_own_notes(tmp_path, rng):
+    """A view's provenance dropped the loader's notes (which weights file was read; what a sharded sha256 covers)."""
+    import torch
+
+    from pe_probe.api import analyze_view
+
+    gpt2_folder(tmp_path / "gpt2", rng)
+    torch.save({"transformer.wpe.weight": torch.zeros(N, D)}, tmp_path / "gpt2" / "pytorch_model.bin")
+    res = analyze_view(tmp_path / "gpt2", "q", f"line:{N}", n_perm=10, n_boot=10, n_null=3, progress=False)[0]
+    assert any("pytorch_model.bin beside it not read" in n for n in res.provenance["notes"])
