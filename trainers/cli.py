@@ -403,10 +403,23 @@ def where_it_stopped(outs: str | os.PathLike | Sequence[str | os.PathLike], epoc
             except OSError:
                 pass
             why = ": its output was closed (a broken pipe, e.g. `| head`)"
-        sys.stderr.write(f"pe-probe train: stopped{why}; {_resume_state(runs, epochs)}\n")
+        _say(f"pe-probe train: stopped{why}; {_resume_state(runs, epochs)}\n")
         if isinstance(exc, BrokenPipeError):
             raise SystemExit(128 + 13) from None
         raise
+
+
+def _say(text: str) -> None:
+    """Write to stderr, which may be the closed pipe itself (``2>&1 | head``): a second broken pipe must not turn
+    the stop into exit 0, so it is swallowed and stderr pointed at devnull."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
+            pass
 
 
 def _resume_state(runs: list[Path], epochs: int) -> str:
@@ -414,9 +427,13 @@ def _resume_state(runs: list[Path], epochs: int) -> str:
     from trainers.checkpoint import last_epoch
 
     done = [e for e in (last_epoch(r) for r in runs) if e is not None]  # None: no checkpoint, or a torn one
+    if len(runs) == 1 and done and done[0] >= epochs:
+        return f"the run is finished (epoch {done[0]} of {epochs}, {runs[0] / 'last.pt'})"
     if len(runs) == 1:
         return (f"the last checkpoint is epoch {done[0]} of {epochs} ({runs[0] / 'last.pt'}): rerun the same command "
                 f"to resume from it" if done else "no checkpoint was written yet: a rerun starts over")
+    if len(done) == len(runs) and min(done) >= epochs:
+        return f"all {len(runs)} runs are finished (epoch {epochs}, under {show_path(runs[0].parent)})"
     if not done:
         return f"none of the {len(runs)} runs has a checkpoint yet: a rerun starts them over"
     span = f"epoch {min(done)}" if min(done) == max(done) else f"epochs {min(done)}-{max(done)}"
@@ -635,8 +652,8 @@ def demo_main(argv: list[str]) -> int:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-        sys.stderr.write(f"pe-probe demo: stopped: its output was closed (a broken pipe, e.g. `| head`); rerun the "
-                         f"same command to resume the demo in {show_path(args.out)}\n")
+        _say(f"pe-probe demo: stopped: its output was closed (a broken pipe, e.g. `| head`); rerun the same command "
+             f"to resume the demo in {show_path(args.out)}\n")
         return 128 + 13
     print(summary.read_text())
     return 0

@@ -504,3 +504,37 @@ def test_a_resume_without_its_metrics_log_says_the_log_restarts(tmp_path):
     assert _trim_metrics(log, 0) is None  # a fresh start: nothing lost
     log.write_text("".join(f'{{"epoch": {e}}}\n' for e in range(1, 6)))
     assert _trim_metrics(log, 3) is None and log.read_text().count("\n") == 3
+
+
+def test_a_closed_pipe_that_also_took_stderr_still_exits_141_and_a_finished_run_is_called_finished(tmp_path,
+                                                                                                     capsys, monkeypatch):
+    """With `2>&1 | head` the stop message itself hit the closed pipe, and that second broken pipe became exit 0;
+    a run whose last checkpoint is its final epoch was told to 'resume from it'."""
+    import io
+    import sys
+
+    from pe_probe.groundtruth import grid
+    from trainers.checkpoint import make_payload, save_checkpoint
+    from trainers.cli import where_it_stopped
+    from trainers.config import make_config
+    from trainers.model import PETransformer
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError
+
+    monkeypatch.setattr(sys, "stdout", sys.stdout)
+    monkeypatch.setattr(sys, "stderr", ClosedPipe())
+    with pytest.raises(SystemExit) as e, where_it_stopped(tmp_path / "run", 40):
+        raise BrokenPipeError
+    assert e.value.code == 141
+    monkeypatch.undo()
+    run = tmp_path / "done"
+    run.mkdir()
+    cfg = make_config("quick", {"model.d_model": 16, "model.n_layers": 1, "model.n_heads": 1})
+    model = PETransformer(cfg.model, cfg.pe, torch.as_tensor(grid(4, 4).coords))
+    save_checkpoint(make_payload(model, cfg.to_dict(), grid(4, 4), step=9, epoch=40, metrics={}), run / "last.pt")
+    with pytest.raises(KeyboardInterrupt), where_it_stopped(run, 40):
+        raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert "the run is finished (epoch 40 of 40" in err and "resume" not in err
