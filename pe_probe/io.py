@@ -326,11 +326,19 @@ def load_table(
     )
 
 
+# Model types whose embeddings (transformers 4.x) add their position table only for position_embedding_type
+# "absolute"; others that honour relative_key in attention still add it always (MarkupLM, LayoutLM).
+_ABSOLUTE_ONLY_TYPES = {"bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "electra", "albert",
+                        "data2vec-text", "ernie", "megatron-bert", "roberta-prelayernorm", "xmod", "nystromformer"}
+
+
 def _unused_table_type(name: str, config: dict | None) -> str | None:
     """BERT-family ``position_embedding_type`` relative_key(_query): the ``*.position_embeddings.weight`` table
     exists (transformers 4.x built it) but is added to the input only for "absolute"; the type, else None."""
-    pe_type = str(_sub_config(name, config).get("position_embedding_type", "")).lower()
-    if pe_type in ("relative_key", "relative_key_query") and name.lower().endswith("position_embeddings.weight"):
+    cfg = _sub_config(name, config)
+    pe_type = str(cfg.get("position_embedding_type", "")).lower()
+    if (pe_type in ("relative_key", "relative_key_query") and name.lower().endswith("position_embeddings.weight")
+            and str(cfg.get("model_type", "")).lower() in _ABSOLUTE_ONLY_TYPES):
         return pe_type
     return None
 
@@ -939,7 +947,8 @@ def _offset_rows(name: str, n_rows: int, cfg: dict, store: _Store | None, src: s
             return 2, f"{model_type} position ids start at 2"
         pad = 1 if model_type == "mpnet" else cfg.get("pad_token_id", 1)
         if (model_type in _PADDING_IDX_TYPES and max_pos in (None, n_rows) and type(pad) is int
-                and 0 <= pad < n_rows - 1 and cfg.get("position_embedding_type") in (None, "absolute")):
+                and 0 <= pad < n_rows - 1
+                and (model_type != "esm" or cfg.get("position_embedding_type") in (None, "absolute"))):
             return pad + 1, f"{model_type} position ids start at padding_idx + 1 = {pad + 1}"
     if cfg or not _is_pow2(n_rows - 2):
         return 0, ""

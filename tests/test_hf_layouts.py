@@ -337,6 +337,11 @@ def test_a_bert_table_its_config_says_is_unused_is_refused_unless_named(tmp_path
     assert lt.table.shape == (64, D) and any("never reads this table" in n for n in lt.notes)
     cfg["position_embedding_type"] = "absolute"
     assert load_table(_folder(tmp_path, cfg, {name: _t(rng, 64, D)}, "absolute")).param == name
+    # MarkupLM adds its table whatever position_embedding_type its attention uses: analysed as usual
+    markup = {"model_type": "markuplm", "position_embedding_type": pe_type, "pad_token_id": 1,
+              "max_position_embeddings": 66}
+    lt = load_table(_folder(tmp_path, markup, {"markuplm.embeddings.position_embeddings.weight": _t(rng, 66, D)}, "m"))
+    assert lt.extra_tokens == 2 and not any("never reads" in n for n in lt.notes)
 
 
 @pytest.mark.parametrize("model_type", ["m2m_100", "xglm", "ctrl", "funnel"])
