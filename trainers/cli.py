@@ -60,7 +60,8 @@ ensembles (many runs in one process, batched; each run its own ordinary run fold
   pe-probe train lst --ensemble-seeds 0-14 --ensemble-sigmas 0.1,0.2,1.0,2.0 --out runs/sweep
       -> runs/sweep/learned_sigma0.1_lr0.001_seed0/ ... (60 runs: every combination of the lists)
   pe-probe train lst --preset paper --ensemble-seeds 0-14 --ensemble-pes learned,sin2d --device cuda --out runs/paper
-With any --ensemble-* list, --out is the root folder and each run is OUT/<pe>_sigma<s>_lr<lr>_seed<n>/;
+With any --ensemble-* list, --out is the root folder and each run is OUT/<pe>_sigma<s>_lr<lr>_seed<n>/
+(then _init<init>, _sgd, _wd<w>, _mom<m> for a non-default PE init, optimizer, weight decay, SGD momentum);
 runs that differ only in seed, sigma or learning rate train as one batched group, other PE kinds as
 further groups. Results equal training each run alone (dropout 0).
 """
@@ -549,6 +550,7 @@ def ensemble_main(args: argparse.Namespace) -> int:
         raise InputError(f"--out {show_path(root)} is a single run's folder (it holds {own[0]}); with --ensemble-* lists "
                          f"--out is the root folder of many runs: choose another --out, e.g. {show_path(beside)}")
     outs = [root / member_name(c) for c in cfgs]
+    check_older_member_names(cfgs, outs)
     if len(set(outs)) != len(outs):
         twin = next(o for o in outs if outs.count(o) > 1)
         raise InputError(f"two runs of the lists would share the folder {twin.name}: its name rounds their values; "
@@ -560,6 +562,25 @@ def ensemble_main(args: argparse.Namespace) -> int:
         print(f"{out}: train_acc {m.get('train_acc', float('nan')):.3f}  test_acc {m.get('test_acc', float('nan')):.3f}"
               f"  ood_acc {m.get('ood_acc', float('nan')):.3f}")
     return 0
+
+
+def check_older_member_names(cfgs: list, outs: list[Path]) -> None:
+    """Refuse, naming the rename, when a run of these lists sits under the shorter folder name pe-probe gave it
+    before 2026-12-07 (``<pe>_sigma<s>_lr<lr>_seed<n>`` without the init/optimizer suffixes) with this same
+    config: the rerun would otherwise train it from scratch beside the old folder, without a word."""
+    from trainers.train import RunDirRefused, _read_config, config_differences
+
+    for cfg, out in zip(cfgs, outs):
+        old = out.parent / f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+        if old == out or out.exists() or not (old / "config.json").is_file():
+            continue
+        try:
+            same = not config_differences(_read_config(old), cfg.to_dict())
+        except RunDirRefused:  # unreadable: the trainer says so when that folder is its own --out
+            continue
+        if same:
+            raise InputError(f"{show_path(old)} holds this run under the folder name older pe-probe versions gave it; "
+                             f"rename it to {out.name} (mv {show_path(old)} {show_path(out)}) to resume it there")
 
 
 # ----------------------------------------------------------------------------------------------

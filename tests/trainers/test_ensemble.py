@@ -845,3 +845,22 @@ def test_the_vmap_paths_linear_layers_follow_bf16_autocast():
         assert run(lin).dtype == torch.float32  # torch's behaviour this works around
         assert run(patched).dtype == torch.bfloat16
     torch.testing.assert_close(run(patched), run(lin), rtol=1e-6, atol=1e-6)
+
+
+def test_a_run_under_its_older_folder_name_is_named_for_renaming_not_retrained(tmp_path, capsys):
+    """Member names gained _wd/_init/_sgd/_mom suffixes: rerunning an older ensemble's command trained its runs from
+    scratch beside their old folders, without a word."""
+    from pe_probe.cli import main
+
+    argv = ["train", "lst", "--n-per-level", "30", "--epochs", "1", "--d-model", "16", "--layers", "1", "--heads", "1",
+            "--ensemble-seeds", "0", "--weight-decay", "0.1", "--out", str(tmp_path / "ens")]
+    assert main(argv) == 0
+    new = tmp_path / "ens" / "learned_sigma0.1_lr0.001_seed0_wd0.1"
+    old = tmp_path / "ens" / "learned_sigma0.1_lr0.001_seed0"
+    new.rename(old)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "older pe-probe versions" in err and f"rename it to {new.name}" in err and not new.exists()
+    other = [*argv[:-4], "--weight-decay", "0.2", "--out", str(tmp_path / "ens")]  # another config: no claim on it
+    assert main(other) == 0 and (tmp_path / "ens" / "learned_sigma0.1_lr0.001_seed0_wd0.2").is_dir()
