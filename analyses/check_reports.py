@@ -331,10 +331,15 @@ def _made(folder: Path, flag: str) -> None:
     except FileExistsError:  # a dangling symbolic link
         raise InputError(f"{flag} {show_path(folder)} is a symbolic link to nothing; remove it or choose a folder") from None
     except OSError as e:
-        message = os_error_message(e)
-        if message is None:
-            raise
-        raise InputError(f"{flag} {message}") from None
+        raise _os_refusal(e, flag) from None
+
+
+def _os_refusal(e: OSError, flag: str) -> InputError:
+    """``flag`` and the OS error in one line (a usage error); an OS error that is not the user's path re-raised."""
+    message = os_error_message(e)
+    if message is None:
+        raise e
+    return InputError(f"{flag} {message}")
 
 
 def check_summary_file(out: Path) -> None:
@@ -351,10 +356,7 @@ def check_summary_file(out: Path) -> None:
         tmp.unlink()
     except OSError as e:
         e.filename = os.fspath(out)  # the user's name, not the staging file's
-        message = os_error_message(e)
-        if message is None:
-            raise
-        raise InputError(f"--out {message}") from None
+        raise _os_refusal(e, "--out") from None
 
 
 def main(argv: list[str] | None = None) -> int:

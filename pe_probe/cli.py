@@ -8,12 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message, show_path
+from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message, show_path, to_devnull
 
 EPILOG_ANALYZE = """\
 examples:
@@ -377,10 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{exc.prog or 'pe-probe'}: error: {msg}\n")
         return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        to_devnull("stdout")
         return 0
     except OSError as exc:  # a path the user gave cannot be read or written (permissions, a name too long, ...)
         msg = os_error_message(exc)

@@ -63,6 +63,15 @@ def os_error_message(exc: OSError) -> str | None:
     return f"{shown}: {exc.strerror or 'cannot be used'}; {fix}"
 
 
+def to_devnull(stream: str) -> None:
+    """Point ``sys.stdout`` or ``sys.stderr`` (``stream``) at the null device: after the pipe behind it closed
+    (``| head``), nothing more can be shown there, and Python's exit must not fail flushing it."""
+    try:
+        setattr(sys, stream, open(os.devnull, "w"))
+    except OSError:
+        pass
+
+
 def show_path(path: str | os.PathLike) -> str:
     """A path as it should appear in a one-line message: as is, or repr()-quoted when it holds a newline
     or another control character (C0, DEL, C1 such as the 8-bit escape \x9b, or a Unicode line or paragraph

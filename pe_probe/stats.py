@@ -127,17 +127,17 @@ def mantel_prepared(a: np.ndarray, b: np.ndarray, *, n_perm: int = 1000,
     if not exact:
         rng = np.random.default_rng(seed)
         perms = np.argsort(rng.random((n_perm, n)), axis=1).astype(np.int32)
-    tol = _TIE_TOL * max(1.0, abs(observed))
+    scale = max(1.0, abs(observed))
     if n > 256 and len(perms):  # float32 halves memory traffic; ample precision for a null distribution
         null = kernels.permuted_upper_dots(A.astype(np.float32), B.astype(np.float32), perms)
         # ... except next to the observed value: a relabelling that ties it exactly (a symmetry of the ground
         # truth) lands a few 1e-9 away in float32 products, past the tie tolerance, so those are redone in float64
-        near = np.flatnonzero(np.abs(null - observed) <= _FLOAT32_NEAR * max(1.0, abs(observed)))
+        near = np.flatnonzero(np.abs(null - observed) <= _FLOAT32_NEAR * scale)
         if len(near):
             null[near] = kernels.permuted_upper_dots(A, B, perms[near])
     else:
         null = kernels.permuted_upper_dots(A, B, perms) if len(perms) else np.zeros(0)
-    count = int(np.sum(null >= observed - tol))
+    count = int(np.sum(null >= observed - _TIE_TOL * scale))
     p = count / len(perms) if exact else (1 + count) / (1 + n_perm)
     return MantelResult(observed, float(p), len(perms), exact, null)
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from pe_probe.errors import InputError, check_utf8_out, show_path
+from pe_probe.errors import InputError, check_utf8_out, show_path, to_devnull
 
 
 class _Parser(argparse.ArgumentParser):
@@ -399,10 +399,7 @@ def where_it_stopped(outs: str | os.PathLike | Sequence[str | os.PathLike], epoc
             raise
         why = ""
         if isinstance(exc, BrokenPipeError):
-            try:
-                sys.stdout = open(os.devnull, "w")  # nothing more can be shown there, and exit must not flush it
-            except OSError:
-                pass
+            to_devnull("stdout")
             why = ": its output was closed (a broken pipe, e.g. `| head`)"
         _say(f"pe-probe train: stopped{why}; {_resume_state(runs, epochs)}\n")
         if isinstance(exc, BrokenPipeError):
@@ -417,10 +414,7 @@ def _say(text: str) -> None:
         sys.stderr.write(text)
         sys.stderr.flush()
     except OSError:
-        try:
-            sys.stderr = open(os.devnull, "w")
-        except OSError:
-            pass
+        to_devnull("stderr")
 
 
 def _resume_state(runs: list[Path], epochs: int) -> str:
@@ -568,10 +562,11 @@ def check_older_member_names(cfgs: list, outs: list[Path]) -> None:
     """Refuse, naming the rename, when a run of these lists sits under the shorter folder name pe-probe gave it
     before 2026-12-07 (``<pe>_sigma<s>_lr<lr>_seed<n>`` without the init/optimizer suffixes) with this same
     config: the rerun would otherwise train it from scratch beside the old folder, without a word."""
+    from trainers.ensemble import member_base_name
     from trainers.train import RunDirRefused, _read_config, config_differences
 
     for cfg, out in zip(cfgs, outs):
-        old = out.parent / f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+        old = out.parent / member_base_name(cfg)
         if old == out or out.exists() or not (old / "config.json").is_file():
             continue
         try:
@@ -669,10 +664,7 @@ def demo_main(argv: list[str]) -> int:
         summary = run_demo(args.out, epochs=args.epochs, n_per_level=args.n_per_level, device=args.device,
                            force=args.force)
     except BrokenPipeError:  # as `train`: stopping silently with exit 0 looked like a finished demo
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        to_devnull("stdout")
         _say(f"pe-probe demo: stopped: its output was closed (a broken pipe, e.g. `| head`); rerun the same command "
              f"to resume the demo in {show_path(args.out)}\n")
         return 128 + 13

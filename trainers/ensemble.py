@@ -810,6 +810,11 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     return metrics
 
 
+def member_base_name(cfg: TrainConfig) -> str:
+    """``<pe>_sigma<σ>_lr<lr>_seed<seed>``: a member's folder name before 2026-12-07, and the start of it since."""
+    return f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+
+
 def member_name(cfg: TrainConfig) -> str:
     """Run-folder name of a member: ``<pe>_sigma<σ>_lr<lr>_seed<seed>``, then ``_init<init>``, ``_<optimizer>``,
     ``_wd<weight decay>`` and ``_mom<momentum>`` (SGD) for each that is not the default, so that ensembles that
@@ -817,7 +822,7 @@ def member_name(cfg: TrainConfig) -> str:
     from trainers.config import OptimConfig, PEConfig
     from trainers.pe import TABLE_INIT_KINDS
 
-    name = f"{cfg.pe.kind}_sigma{cfg.pe.init_std:g}_lr{cfg.optim.lr:g}_seed{cfg.seed}"
+    name = member_base_name(cfg)
     if cfg.pe.kind in TABLE_INIT_KINDS and cfg.pe.init != PEConfig.init:
         name += f"_init{cfg.pe.init}"
     if cfg.optim.name != OptimConfig.name:

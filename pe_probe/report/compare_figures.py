@@ -179,7 +179,8 @@ def generalization_figure(gframe, metrics: Sequence[str], gen_key: str, by: str 
         if not np.isfinite(gframe[colour_by].to_numpy(dtype=float)).all():  # the grey points get a key
             from matplotlib.lines import Line2D
 
-            grey = Line2D([], [], ls="", marker="o", ms=3, mfc="0.65", mec="none", label=f"{colour_by} blank (a PE that ignores it, or not recorded)")
+            grey = Line2D([], [], ls="", marker="o", ms=3, mfc="0.65", mec="none",
+                          label=f"{colour_by} blank (a PE that ignores it, or not recorded)")
             fig.legend(handles=[grey], loc="outside lower center", frameon=False, fontsize=7)
     fig.suptitle(f"identifiability vs generalization ({gen_key}) across models")
     return fig

@@ -146,7 +146,7 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     for name in figure_names:
         key = "metrics_vs" if name.startswith("metrics_vs_") else name
         cap = CAPTIONS.get(key, name).format(by=by or "source")
-        pdf = ', <a href="figures/{0}.pdf">PDF</a>'.format(name) if (out_dir / "figures" / f"{name}.pdf").exists() else ""
+        pdf = f', <a href="figures/{name}.pdf">PDF</a>' if (out_dir / "figures" / f"{name}.pdf").exists() else ""
         figs.append(f'<figure id="fig-{name}"><img src="figures/{name}.{image_format}" alt="{name}"><figcaption>'
                     f'{html.escape(cap)} (<a href="figures/{name}.csv">data (CSV)</a>{pdf})</figcaption></figure>')
     links = ['<li><a href="compare.csv">compare.csv</a>: one row per model, every metric, config keys, eval.* metrics</li>',

@@ -58,7 +58,7 @@ def rdm_frame(result: AnalysisResult, max_cells: int = STATIC_RDM_MAX_CELLS):
     sorts positions by true coordinate: not position ids for coordinate files), ``value`` (mean distance in
     the block), ``row_start``/``row_stop``/``col_start``/``col_stop`` (half-open ranges of ordered positions
     the block covers), ``block_size`` (the largest block's; blocks differ by at most one position: use the
-ranges for each block's own), and with one position per block ``row_position``/``col_position``:
+    ranges for each block's own), and with one position per block ``row_position``/``col_position``:
     the table rows (position ids, as in embedding.csv) of the cell. Re-plot with
     ``frame[frame.matrix == "pe"].pivot(index="row", columns="col", values="value")``.
     """

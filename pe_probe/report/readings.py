@@ -181,10 +181,11 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         value = f"{rho:.3f}"
         strength = correlation_strength(rho)
         below, why_not = rsa_below_zero(metrics, provenance)
+        above, why_not_above = rsa_above_zero(metrics, provenance)
         kind = f"{strength} {'negative ' if rho <= -0.1 else ''}correlation"
         if abs(rho) < 0.1:
             head = "PE distances barely follow true distances"
-        elif rho > 0 and rsa_above_zero(metrics, provenance)[0] is False:  # no claim of a tendency
+        elif rho > 0 and above is False:  # no claim of a tendency
             head = "PE distances seem to follow the true distances, but not significantly"
             kind += ", not significantly above zero"
         elif rho > 0:
@@ -206,7 +207,6 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
             text += " No bootstrap interval was computed (--n-boot 0)."
         if rho <= -0.1 and not below:
             text += f" The correlation is not shown to be below zero: {why_not}."
-        above, why_not_above = rsa_above_zero(metrics, provenance)
         if rho >= 0.1 and above is False:
             text += f" The correlation is not shown to be above zero: {why_not_above}."
         if _ok(metrics, "null_rsa_mean"):
