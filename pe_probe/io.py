@@ -259,6 +259,12 @@ def load_table(
         names = _find_pe(store, meta, shown)
     n_layers = len(names)
     chosen, layer_out = _choose_layer(names, layer, shown)
+    if param is None and not meta["raw"] and not meta.get("pe_params"):
+        others = _other_pe_looking(store, names)
+        if others:
+            notes.append(f"also holds {_listing(others)}, which look like PE tables too; analysing "
+                         f"{show_path(names[0]) if n_layers == 1 else 'the per-layer tables'} "
+                         f"(pass --param NAME to analyse another)")
     unused = _unused_table_type(chosen[0], meta["config"])
     if unused and param is None:
         raise NoPETableError(f"{shown}: its config says position_embedding_type {unused}, and transformers adds "
@@ -759,6 +765,14 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
 
 
 _LAYER_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")  # a dotted part that is a number: a layer index
+
+
+def _other_pe_looking(store: _Store, picked: list[str]) -> list[str]:
+    """Float tables (>= 2 dims) besides ``picked`` whose names look like absolute PE tables: the automatic pick
+    is named beside them (timm MAE's encoder ``pos_embed`` next to ``decoder_pos_embed``)."""
+    return [n for n in store.shapes
+            if n not in picked and store.kinds[n] == "f" and len(store.shapes[n]) >= 2
+            and (_well_known(n) or _pe_looking(n)) and not _NOT_ABSOLUTE.search(n)]
 
 
 def _layer_order(names: list[str], src: str) -> list[str]:

@@ -595,6 +595,8 @@ def test_mae_style_model_takes_the_well_known_pos_embed_not_the_decoder_one(tmp_
     lt = load_table(path, drop_extra_tokens=0)
     assert lt.param == "pos_embed"
     np.testing.assert_array_equal(lt.table, enc[0].astype(np.float64))
+    # ...and says so: the decoder's table is named beside the pick, with the option that analyses it
+    assert any("decoder_pos_embed" in n and "analysing pos_embed" in n and "--param" in n for n in lt.notes)
 
 
 def test_training_checkpoint_uses_the_model_weights_not_the_ema_copy(tmp_path, rng) -> None:
