@@ -40,7 +40,7 @@ from analyses.lst.tables import md_table
 from analyses.lst.verdicts import LARGE, SMALL
 from pe_probe.errors import InputError, OneLineArgumentParser, show_path, utf8_name
 from pe_probe.output import check_out_dir
-from trainers.provenance import describe_versions
+from trainers.provenance import describe_hardware, describe_versions
 
 SIN2D = "2D sinusoid"
 DEFAULT_BASE = "runs/lst-sweep"
@@ -186,7 +186,8 @@ def crosscheck_table(evals: pd.DataFrame, ana: pd.DataFrame, base: dict[str, Any
                      "difference (points)": f"{100 * (r.ood_acc - b.ood_acc.iloc[0]):+.1f}",
                      f"raw RSA (this run, epoch {at})": r3(mine.iloc[0]) if len(mine) else "n/a",
                      f"raw RSA (main sweep, {at} epochs)": r3(theirs.iloc[0]) if len(theirs) else "n/a",
-                     "main sweep run's CPU attention": PATH_NAMES[paths.get(b.run.iloc[0], "unknown")]})
+                     "main sweep run's CPU attention": PATH_NAMES[paths.get(b.run.iloc[0], "unknown")],
+                     "main sweep run": b.run.iloc[0]})
     return pd.DataFrame(rows), left_out
 
 
@@ -411,6 +412,7 @@ def crosscheck_section(table: pd.DataFrame, left_out: list[str], base: dict[str,
               f"{own_paths}), they differ in floating-point rounding only ({MIXED}), so they need not match bit "
               "for bit: `reports/benchmarks/precision.md` measures how far rounding alone moves one run. Here: median "
               f"absolute difference {np.median(diff):.1f} points, largest {diff.max():.1f}.\n",
+              main_sweep_line(base, list(table["main sweep run"])),
               md_table(table)]
     elif not left_out:
         L.append(f"No run of the main sweep `{base.get('root')}` trained {at} epochs with the arm, seed, group, placement "
@@ -421,6 +423,18 @@ def crosscheck_section(table: pd.DataFrame, left_out: list[str], base: dict[str,
                  "difference would not be rounding alone:\n")
         L += [f"- {w}" for w in left_out] + [""]
     return L
+
+
+def main_sweep_line(base: dict[str, Any], paired: list[str]) -> str:
+    """Which main sweep the cross-check read, as it is on disk now: its folder, and the commits and machines that
+    trained the paired runs (`trainers.provenance`). A main sweep retrained later (another machine or commit) holds
+    other single-run numbers, so a committed cross-check names what it was made against."""
+    root = base.get("root")
+    if root is None:
+        return "The main sweep's folder is not recorded.\n"
+    dirs = [Path(root) / str(r) for r in dict.fromkeys(paired)]
+    return (f"The main sweep: `{root}`; its {len(dirs)} paired runs were trained by (git commit per run, from "
+            f"`provenance.jsonl`) {describe_versions(dirs)}, on: {describe_hardware(dirs)}.\n")
 
 
 def at_error(at: int, last: int) -> str:

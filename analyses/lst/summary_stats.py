@@ -59,11 +59,26 @@ def paired_test(a: pd.Series, b: pd.Series) -> dict[str, Any]:
     if n >= 2 and np.any(both.a.values != both.b.values):
         if np.ptp((both.a - both.b).values) > TIED:  # equal differences have no variance: no t-test (p ~ 0 means nothing)
             out["t_p"] = float(stats.ttest_rel(both.a, both.b).pvalue)
-        try:
-            out["wilcoxon_p"] = float(stats.wilcoxon(both.a, both.b).pvalue)
+        try:  # on the differences with near-ties merged: float32 noise must not break ties (or zeros) into ranks
+            out["wilcoxon_p"] = float(stats.wilcoxon(merge_near_ties((both.a - both.b).to_numpy(float))).pvalue)
         except ValueError:
             pass
     return out
+
+
+def merge_near_ties(values: np.ndarray, tol: float = TIED) -> np.ndarray:
+    """Paired differences for a signed-rank test, with those closer than ``tol`` to zero set to 0 and magnitudes
+    within ``tol`` of each other (runs of sorted |values|) made equal, signs kept: equal differences stored through
+    float32 differ by ~1e-7, and the rank test would otherwise order them (and +2 vs -2 puzzles) by that noise."""
+    values = np.asarray(values, dtype=float)
+    mag = np.where(np.abs(values) < tol, 0.0, np.abs(values))
+    order = np.argsort(mag, kind="stable")
+    sorted_ = mag[order]
+    for i in range(1, len(sorted_)):
+        if sorted_[i] - sorted_[i - 1] < tol:
+            sorted_[i] = sorted_[i - 1]
+    mag[order] = sorted_
+    return np.sign(values) * mag
 
 
 def paired_ci(a: pd.Series, b: pd.Series) -> dict[str, Any]:

@@ -149,11 +149,20 @@ def test_written_report_files_and_crosscheck(tmp_path):
     assert set(cross[cross.seed == 0]["main sweep run's CPU attention"]) == {"torch's fused kernel"}
     assert set(cross[cross.seed == 1]["main sweep run's CPU attention"]) == {"matmul-softmax"}
     assert "median absolute difference 1.0 points, largest 1.0" in text and "Left out" not in text
+    # the cross-check names the main sweep it read and what trained its paired runs (a later retrain differs)
+    assert set(cross["main sweep run"]) <= set(base_frames()["runs"].run) and cross["main sweep run"].nunique() == 8
+    assert "The main sweep's folder is not recorded." in text  # base_frames() has no folder
     acc = pd.read_csv(out / "accuracy_over_training.csv")
     assert set(acc.epoch) == set(EPOCHS) and len(acc) == 16
     geo = pd.read_csv(out / "geometry_over_training.csv")
     assert set(geo.view) == {"raw", "qk", "kernel", "attention"}
     assert (out / "accuracy_over_training.png").stat().st_size > 0 and (out / "geometry_over_training.png").exists()
+
+
+def test_the_crosscheck_names_the_main_sweep_folder_and_what_trained_its_paired_runs(tmp_path):
+    line = LEN.main_sweep_line({"root": tmp_path}, ["a", "a", "b"])
+    assert line.startswith(f"The main sweep: `{tmp_path}`; its 2 paired runs were trained by")
+    assert "not recorded: 2 runs" in line and "none of the 2 runs has a provenance.jsonl" in line
 
 
 def test_an_epoch_without_a_checkpoint_is_a_one_line_error_before_writing(tmp_path):
