@@ -62,8 +62,9 @@ def _compile() -> dict[str, object]:
         return out
 
     @njit(parallel=True, cache=True)
-    def guttman_step(x, delta):  # pragma: no cover - compiled
-        """One SMACOF Guttman transform X <- B(X) X / n, and the raw stress of the input X."""
+    def guttman_step(x, delta, tol):  # pragma: no cover - compiled
+        """One SMACOF Guttman transform X <- B(X) X / n, and the raw stress of the input X; points closer
+        than tol count as one point (their pull is 0, as at distance 0)."""
         n, k = x.shape
         out = np.zeros((n, k), dtype=np.float64)
         stress_rows = np.zeros(n, dtype=np.float64)
@@ -81,7 +82,7 @@ def _compile() -> dict[str, object]:
                 dl = delta[i, j]
                 if j > i:
                     s += (d - dl) * (d - dl)
-                if d > 0.0:
+                if d > tol:
                     r = dl / d
                     for a in range(k):
                         acc[a] += r * (x[i, a] - x[j, a])
@@ -253,8 +254,10 @@ def bootstrap_spearman(counts: np.ndarray, cache1, cache2, block: int | None = N
     return fn(counts_t, cache1.i_sorted, cache1.j_sorted, cache1.group_starts, g2, cache2.n_groups)[:n_res]
 
 
-def guttman_step(x: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, float]:
-    """(Guttman transform of x, raw stress sum_{i<j} (d_ij(x) - delta_ij)^2 of x)."""
+def guttman_step(x: np.ndarray, delta: np.ndarray, tol: float = 0.0) -> tuple[np.ndarray, float]:
+    """(Guttman transform of x, raw stress sum_{i<j} (d_ij(x) - delta_ij)^2 of x). Points of x closer than ``tol``
+    pull on each other as points at distance 0 do (not at all): their rounding-level distance would otherwise
+    decide how they separate."""
     fn = _get("guttman_step")
-    out, stress = fn(np.ascontiguousarray(x, dtype=np.float64), delta)
+    out, stress = fn(np.ascontiguousarray(x, dtype=np.float64), delta, float(tol))
     return out, float(stress)

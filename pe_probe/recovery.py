@@ -42,6 +42,9 @@ def tied_at_cut(eigenvalues: np.ndarray, k: int, rtol: float = TIE_RTOL) -> bool
     return bool(vals[k - 1] > scale and vals[k - 1] - vals[k] <= scale)
 
 
+NULL_RTOL = 1e-10  # classical-MDS eigenvalues below this share of the largest are zero (rounding error)
+
+
 def _double_centred(square_dist: np.ndarray) -> np.ndarray:
     """Classical MDS's inner-product matrix B = -J D^2 J / 2 (J the centring matrix)."""
     d2 = square_dist ** 2
@@ -72,10 +75,16 @@ def cmds_embed(square_dist: np.ndarray, k: int, *, n_eigenvalues: int | None = N
     # Fix the sign of each axis (largest |entry| positive) so results do not depend on the solver.
     signs = np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(vecs.shape[1])])
     vecs = vecs * np.where(signs == 0, 1, signs)
-    coords = vecs * np.sqrt(np.clip(vals[:k_eff], 0, None))
+    # Axes whose eigenvalue is rounding error (a table of lower rank than k) get coordinates of exactly 0, not
+    # ~1e-8 noise that would break the layout's ties by the row order (neighbourhoods, SMACOF's start).
+    kept = np.where(vals[:k_eff] > NULL_RTOL * max(float(vals[0]), 0.0), vals[:k_eff], 0.0)
+    coords = vecs * np.sqrt(kept)
     if coords.shape[1] < k:
         coords = np.hstack([coords, np.zeros((n, k - coords.shape[1]))])
     return coords, vals
+
+
+COINCIDENT_RTOL = 1e-9  # points of a layout closer than this share of its extent are one point (SMACOF)
 
 
 def smacof_embed(square_dist: np.ndarray, init: np.ndarray, *, max_iter: int = 300, eps: float = 1e-6) -> tuple[np.ndarray, int]:
@@ -91,7 +100,10 @@ def smacof_embed(square_dist: np.ndarray, init: np.ndarray, *, max_iter: int = 3
     prev = np.inf
     it = 0
     for it in range(1, max_iter + 1):
-        x_new, stress = guttman_step(x, delta)  # stress of x (before the step)
+        # points within 1e-9 of the layout's extent are one point: a symmetric layout keeps mirror pairs on one
+        # point up to rounding, and that rounding must not decide (by the row order) how they split
+        tol = COINCIDENT_RTOL * float(np.abs(x - x.mean(axis=0)).max())
+        x_new, stress = guttman_step(x, delta, tol)  # stress of x (before the step)
         if it > 1 and prev - stress < eps * max(prev, 1e-300):
             break
         prev = stress
