@@ -61,6 +61,21 @@ class AnalysisResult:
     explained_variance: np.ndarray = field(default_factory=lambda: np.zeros(0))
     null_rsa: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
+    def __repr__(self) -> str:
+        """One line (the dataclass default printed every array: 20,000 characters for 25 positions)."""
+        m = self.metrics
+        return (f"AnalysisResult(n_positions={self.n_positions}, dims={self.table.shape[1]}, "
+                f"ground_truth={self.gt_spec!r}, pe_metric={self.pe_metric!r}, "
+                f"rsa_spearman={m.get('rsa_spearman', float('nan')):.4g}, rsa_p={m.get('rsa_p', float('nan')):.4g}, "
+                f"methods={self.methods})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metrics.json document: the flat metrics plus ``provenance``, as plain JSON values (NaN and
+        infinities become None, numpy scalars Python numbers), so ``json.dumps(res.to_dict())`` is valid JSON."""
+        from .output import metrics_document
+
+        return metrics_document(self)
+
     @property
     def n_positions(self) -> int:
         return int(self.table.shape[0])

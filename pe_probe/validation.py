@@ -25,9 +25,15 @@ def as_float_array(values, name: str) -> np.ndarray:
                 raise InputError(f"{name}: {_COMPLEX}")
             arr = tensor.double().numpy()  # bf16 has no numpy dtype
         else:
+            if isinstance(values, np.ma.MaskedArray) and np.ma.getmaskarray(values).any():
+                raise InputError(f"{name}: is a masked array with {int(np.ma.getmaskarray(values).sum())} masked "
+                                 f"value(s); fill them (np.ma.filled) or drop those rows before analysing it")
             arr = np.asarray(values)
         if arr.dtype.kind == "c":
             raise InputError(f"{name}: {_COMPLEX}")
+        if arr.dtype.kind in "USO" and (arr.dtype.kind != "O" or any(isinstance(v, (str, bytes)) for v in arr.flat)):
+            raise InputError(f"{name}: holds text, not numbers (dtype {arr.dtype}); convert it to a numeric array "
+                             f"first (np.asarray(x, dtype=float) if the strings are numbers)")
         return arr.astype(np.float64)  # a copy, always
     except InputError:
         raise
@@ -90,6 +96,9 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
         arr = arr[:, None]
     if arr.ndim != 2:
         raise InputError(f"{name}: expected (N, k) coordinates, got shape {tuple(arr.shape)}")
+    if arr.shape[1] < 1:
+        raise InputError(f"{name}: has no columns (shape {tuple(arr.shape)}); give each position its coordinates "
+                         f"(N x k with k >= 1)")
     if arr.shape[0] != n_positions:
         extra = n_positions - arr.shape[0]
         tokens = (f"if its first {extra} row(s) are extra tokens (CLS, distillation, offset rows), pass "

@@ -166,7 +166,7 @@ def test_a_whole_table_reference_is_cut_by_positions_like_the_ground_truth(tmp_p
         pe_probe.analyze_source(str(tmp_path / "pe.npy"), reference=str(tmp_path / "ref12.npy"), **run)
 
 
-@pytest.mark.parametrize("coords, match", [(["a"] * 16, "ground truth: expected numbers"), (None, "no ground truth"),
+@pytest.mark.parametrize("coords, match", [(["a"] * 16, "ground truth: holds text, not numbers"), (None, "no ground truth"),
                                            (grid(4, 4).coords + 1j, "ground truth: holds complex values")])
 def test_ground_truth_that_is_not_real_numbers_is_refused(table, coords, match):
     with pytest.raises(InputError, match=match):
@@ -266,3 +266,32 @@ def test_a_table_with_one_or_two_extra_rows_names_drop_extra_tokens(table, extra
     tall = np.vstack([np.zeros((extra, table.shape[1])), table])
     with pytest.raises(InputError, match=f"pass --drop-extra-tokens {extra}"):
         pe_probe.analyze(tall, grid(4, 4), **FAST)
+
+
+def test_text_masked_and_columnless_inputs_are_refused_not_parsed_or_crashed(table):
+    """QA: numeric strings were parsed silently (scikit-learn refuses them), a mask was ignored (the masked values
+    analysed), and (16, 0) coordinates crashed with numpy's 'zero-size array' message."""
+    with pytest.raises(InputError, match=r"table: holds text, not numbers \(dtype <U"):
+        pe_probe.analyze(table.astype(str), grid(4, 4), **FAST)
+    with pytest.raises(InputError, match="holds text"):
+        pe_probe.analyze(table.astype(str).astype(object), grid(4, 4), **FAST)
+    masked = np.ma.masked_array(table, mask=np.zeros(table.shape, bool))
+    masked.mask[3, 1] = True
+    with pytest.raises(InputError, match=r"table: is a masked array with 1 masked value\(s\); fill them"):
+        pe_probe.analyze(masked, grid(4, 4), **FAST)
+    nothing_masked = pe_probe.analyze(np.ma.masked_array(table), grid(4, 4), **FAST)
+    assert nothing_masked.metrics == pytest.approx(pe_probe.analyze(table, grid(4, 4), **FAST).metrics, nan_ok=True)
+    with pytest.raises(InputError, match=r"ground truth: has no columns \(shape \(16, 0\)\)"):
+        pe_probe.analyze(table, np.zeros((16, 0)), **FAST)
+
+
+def test_a_result_prints_in_one_line_and_exports_valid_json(table):
+    import json
+
+    res = pe_probe.analyze(table, grid(4, 4), n_perm=0, n_boot=0, n_null=0)
+    line = repr(res)
+    assert "\n" not in line and len(line) < 300 and "n_positions=16" in line and "rsa_spearman=" in line
+    doc = res.to_dict()
+    text = json.dumps(doc, allow_nan=False)  # n_perm=0: rsa_p is NaN in metrics, None here
+    assert doc["rsa_p"] is None and json.loads(text)["rsa_spearman"] == pytest.approx(res.metrics["rsa_spearman"])
+    assert doc["provenance"]["ground_truth"]["kind"] == "grid"
