@@ -216,8 +216,11 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
     return read_named_table(path, header=header, what=what)[1]
 
 
-def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file") -> tuple[list[str] | None, np.ndarray]:
-    """`read_number_table`, also returning the header row it skipped (its stripped cells), or None."""
+def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file",
+                     true_columns: bool = False) -> tuple[list[str] | None, np.ndarray]:
+    """`read_number_table`, also returning the header row it skipped (its stripped cells), or None. With
+    ``true_columns``, a header naming ``true_0 .. true_{k-1}`` selects those columns, and only they must be numbers
+    (pe-probe's own embedding.csv and layout.csv hold other columns, some of them text)."""
     path = Path(path)
     rows: list[tuple[int, list[str]]] = []  # (line number, cells)
     try:
@@ -242,14 +245,16 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
     if not rows:
         raise InputError(f"{path}: {what} is empty; it needs N rows of numbers")
     width = len(rows[0][1])
-    out = np.empty((len(rows), width), dtype=np.float64)
+    keep = (_true_column_indices(path, names, width) if true_columns and names else None) or list(range(width))
+    out = np.empty((len(rows), len(keep)), dtype=np.float64)
     for r, (lineno, cells) in enumerate(rows):
         if len(cells) != width:
             raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row; "
                              f"give every row the same number of values")
-        for c, cell in enumerate(cells):
+        for o, c in enumerate(keep):
+            cell = cells[c]
             try:
-                out[r, c] = float(cell)
+                out[r, o] = float(cell)
             except ValueError:
                 raise InputError(
                     f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
@@ -287,28 +292,27 @@ def _from_file(text: str) -> GroundTruth:
     if suffix == ".npy":
         coords = load_npy(path, "ground truth")
     else:
-        names, coords = read_named_table(path, header=suffix == ".csv", what="ground truth")
-        coords = _true_columns(path, names, coords)
+        coords = read_named_table(path, header=suffix == ".csv", what="ground truth", true_columns=True)[1]
     return GroundTruth(_validate_coords(coords, text), text, "file", None)
 
 
 _TRUE_COLUMN = re.compile(r"true_(\d+)")
 
 
-def _true_columns(path: Path, header: list[str] | None, table: np.ndarray) -> np.ndarray:
-    """The ``true_0, true_1, ...`` columns of a CSV whose ``header`` names them (pe-probe's own embedding.csv,
-    whose other columns are the position index and the recovered coordinates), else the whole table."""
-    names = list(header or [])
+def _true_column_indices(path: Path, header: list[str], width: int) -> list[int] | None:
+    """The indices of the ``true_0, true_1, ...`` columns a CSV's ``header`` names, in order (pe-probe's own
+    embedding.csv, whose other columns are the position index and the recovered coordinates), else None."""
+    names = list(header)
     while names and not names[-1]:  # a trailing comma
         names.pop()
     if _all_numbers(names):
-        return table
+        return None
     true = [(int(m.group(1)), i) for i, name in enumerate(names) if (m := _TRUE_COLUMN.fullmatch(name))]
     if not true:
-        return table
+        return None
     shown = show_path(path)
-    if len(names) != table.shape[1]:
-        raise InputError(f"{shown}: its header names {len(names)} columns but its rows have {table.shape[1]}; "
+    if len(names) != width:
+        raise InputError(f"{shown}: its header names {len(names)} columns but its rows have {width}; "
                          f"give one name per column")
     found = dict(true)
     if len(found) != len(true):
@@ -316,7 +320,7 @@ def _true_columns(path: Path, header: list[str] | None, table: np.ndarray) -> np
     if sorted(found) != list(range(len(found))):
         raise InputError(f"{shown}: its header names true_ columns {', '.join(f'true_{k}' for k in sorted(found))}; "
                          f"ground-truth columns must be true_0 .. true_{{k-1}}, without gaps")
-    return table[:, [found[k] for k in range(len(found))]]
+    return [found[k] for k in range(len(found))]
 
 
 def _validate_coords(coords: np.ndarray, name: str) -> np.ndarray:

@@ -102,6 +102,12 @@ def test_our_own_embedding_csv_gives_its_true_columns(tmp_path) -> None:
     (tmp_path / "dup.csv").write_text("position,true_0,true_0,true_1\n0,1,2,5\n1,2,3,6\n")
     with pytest.raises(InputError, match=r"names a true_ column twice"):
         parse_ground_truth(tmp_path / "dup.csv")
+    # only the true_ columns must be numbers (README: "only those are read"); text elsewhere was refused
+    (tmp_path / "label.csv").write_text("label,true_0,true_1,method\np0,1,5,cmds\np1,2,6,cmds\n")
+    np.testing.assert_array_equal(parse_ground_truth(tmp_path / "label.csv").coords, [[1, 5], [2, 6]])
+    (tmp_path / "bad.csv").write_text("label,true_0,true_1\np0,1,5\np1,x,6\n")
+    with pytest.raises(InputError, match=r"line 3, column 2: 'x' is not a number"):
+        parse_ground_truth(tmp_path / "bad.csv")
 
 
 def test_txt_whitespace_or_comma_with_comments(tmp_path) -> None:
