@@ -54,6 +54,14 @@ def _step_checkpoints(run: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def skipped_folders(paths: Sequence[Path]) -> list[Path]:
+    """Among several sources, the folders that are neither run nor model folders (a sweep's ``analysis/``, perhaps
+    an earlier compare's output, caught by ``ROOT/*/``): skipped, not read."""
+    if len(paths) < 2:
+        return []
+    return [p for p in paths if p.is_dir() and not _is_run_folder(p) and not _is_model_folder(p)]
+
+
 def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source], bool]:
     """Resolve run folders to checkpoints. Returns (sources, is_trajectory).
 
@@ -80,7 +88,7 @@ def expand_sources(sources: Sequence[str | os.PathLike]) -> tuple[list[_Source],
             raise InputError(f"run folder {paths[0]} has no checkpoints/step-*.pt; train with checkpoints, or pass last.pt")
         return [_Source(p, f"{paths[0].name}/{p.stem}") for p in steps], True
     if len(paths) > 1:
-        skipped = [p for p in paths if p.is_dir() and not _is_run_folder(p) and not _is_model_folder(p)]
+        skipped = skipped_folders(paths)
         for p in skipped:
             sys.stderr.write(f"pe-probe: skipping {p}: not a run folder (last.pt, checkpoints/) or a model folder\n")
         paths = [p for p in paths if p not in skipped]
@@ -260,7 +268,9 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
 
     if backend not in ("local", "ray"):
         raise InputError(f"unknown compare backend {backend!r}; choose local or ray")
-    out_dir = check_out_dir(out_dir, force, inputs=[*sources, ground_truth])  # refuse before any work
+    given = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    skipped = set(skipped_folders([Path(s) for s in given]))  # never read: an earlier compare's --out may be one
+    out_dir = check_out_dir(out_dir, force, inputs=[*(s for s in given if Path(s) not in skipped), ground_truth])
     expanded, trajectory = expand_sources(sources)
     kwargs = dict(analyze_kwargs or {})
 

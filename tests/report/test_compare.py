@@ -469,3 +469,21 @@ def test_trajectory_shows_the_classical_mds_layout_first(tmp_path, analyze_sourc
     run = _run_folder(tmp_path, n_steps=2)
     compare([run], tmp_path / "traj", analyze_kwargs=FAST, progress=False, formats=("png",))  # methods pca, cmds
     assert "Recovered layout over training (cmds)" in (tmp_path / "traj" / "trajectory.html").read_text()
+
+
+def test_a_sweep_compare_reruns_into_an_out_folder_its_glob_matches(noise_sweep, tmp_path, capsys,
+                                                                     analyze_source_available):
+    """`compare runs/sweep/*/ --out runs/sweep/analysis` twice: the second call's glob matches the first's output,
+    which compare skips as not a run folder; the out check refused it as an input (README walkthrough)."""
+    sweep = tmp_path / "sweep"
+    for i, ckpt in enumerate(noise_sweep[:3]):
+        (sweep / f"r{i}").mkdir(parents=True)
+        (sweep / f"r{i}" / "last.pt").write_bytes(ckpt.read_bytes())
+    out = sweep / "analysis"
+    for _ in range(2):
+        frame = compare(sorted(p for p in sweep.iterdir() if p.is_dir()), out, analyze_kwargs=FAST, progress=False,
+                        formats=("png",))
+        assert len(frame) == 3 and (out / "compare.csv").is_file()
+    assert "skipping" in capsys.readouterr().err  # the second call skipped its own earlier output
+    with pytest.raises(InputError, match="is or holds the input"):  # a run folder itself is still protected
+        compare([sweep / "r0", sweep / "r1"], sweep / "r0", analyze_kwargs=FAST, progress=False)
