@@ -77,6 +77,8 @@ def _folder(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .compare import COMPARE_N_BOOT, COMPARE_N_PERM
+
     p = OneLineArgumentParser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
                 "of its token positions? Load a PE table from any checkpoint and measure it against ground truth.",
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,9 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distance between PE rows (default: %(default)s)")
     c.add_argument("--methods", default="pca,cmds,smacof", metavar="LIST",
                    help="recovery methods, comma-separated: pca, cmds, smacof, umap (default: %(default)s)")
-    c.add_argument("--n-perm", type=_count("MAX_PERMUTATIONS"), default=200, metavar="N",
+    c.add_argument("--n-perm", type=_count("MAX_PERMUTATIONS"), default=COMPARE_N_PERM, metavar="N",
                    help="Mantel / PROTEST permutations per source (default: %(default)s)")
-    c.add_argument("--n-boot", type=_count("MAX_BOOTSTRAP"), default=200, metavar="N",
+    c.add_argument("--n-boot", type=_count("MAX_BOOTSTRAP"), default=COMPARE_N_BOOT, metavar="N",
                    help="bootstrap resamples for the RSA CI per source (default: %(default)s)")
     c.add_argument("--seed", type=_count("MAX_SEED"), default=0, help="seed for every random step (default: %(default)s)")
     c.add_argument("--reference", metavar="SPEC", help="reference table for ref_shape_distance: sin1d, sin2d:HxW or a file")

@@ -54,6 +54,12 @@ def _step_checkpoints(run: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+# Permutations and bootstrap resamples per source: fewer than one analysis's 1000, as many sources run (the CLI's
+# --n-perm / --n-boot defaults; `compare` uses them too unless analyze_kwargs names others)
+COMPARE_N_PERM = 200
+COMPARE_N_BOOT = 200
+
+
 def skipped_folders(paths: Sequence[Path]) -> list[Path]:
     """Among several sources, the folders that are neither run nor model folders (a sweep's ``analysis/``, perhaps
     an earlier compare's output, caught by ``ROOT/*/``): skipped, not read."""
@@ -248,7 +254,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     by : column to group by, usually a dotted config key such as ``pe.init_std``; means and 95% CIs
         are taken over the models sharing a value (seeds, repeats).
     ground_truth : passed to the analysis (needed for raw tables; our checkpoints carry their own).
-    analyze_kwargs : extra keyword arguments of `pe_probe.api.analyze_source` (methods, n_perm, seed, ...).
+    analyze_kwargs : extra keyword arguments of `pe_probe.api.analyze_source` (methods, n_perm, seed, ...);
+        n_perm and n_boot default to `COMPARE_N_PERM` and `COMPARE_N_BOOT` (200), as on the command line.
     force : replace a non-empty folder that is not a previous pe-probe output.
     progress : show a tqdm bar (only when stderr is a terminal).
     formats : static figure formats.
@@ -272,7 +279,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     skipped = set(skipped_folders([Path(s) for s in given]))  # never read: an earlier compare's --out may be one
     out_dir = check_out_dir(out_dir, force, inputs=[*(s for s in given if Path(s) not in skipped), ground_truth])
     expanded, trajectory = expand_sources(sources)
-    kwargs = dict(analyze_kwargs or {})
+    kwargs = {"n_perm": COMPARE_N_PERM, "n_boot": COMPARE_N_BOOT, **(analyze_kwargs or {})}  # as `pe-probe compare`
 
     rows: list[dict[str, Any]] = []
     traj_embeddings: list[np.ndarray] = []

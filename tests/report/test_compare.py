@@ -487,3 +487,20 @@ def test_a_sweep_compare_reruns_into_an_out_folder_its_glob_matches(noise_sweep,
     assert "skipping" in capsys.readouterr().err  # the second call skipped its own earlier output
     with pytest.raises(InputError, match="is or holds the input"):  # a run folder itself is still protected
         compare([sweep / "r0", sweep / "r1"], sweep / "r0", analyze_kwargs=FAST, progress=False)
+
+
+def test_python_compare_uses_the_command_lines_permutation_and_bootstrap_defaults(noise_sweep, tmp_path, monkeypatch):
+    """README says compare() returns compare.csv's frame; it analysed with analyze's 1000/1000, the CLI 200/200."""
+    import pe_probe.compare as cmp
+    from pe_probe.cli import build_parser
+
+    seen = []
+    def record(path, ground_truth, analyze_kwargs):
+        seen.append(dict(analyze_kwargs))
+        raise InputError("stop")
+
+    monkeypatch.setattr(cmp, "_analyze_one", record)
+    with pytest.raises(InputError, match="stop"):
+        compare(noise_sweep[:2], tmp_path / "o", progress=False)
+    cli = build_parser().parse_args(["compare", "a", "b", "--out", "o"])
+    assert (seen[0]["n_perm"], seen[0]["n_boot"]) == (cli.n_perm, cli.n_boot) == (200, 200)
