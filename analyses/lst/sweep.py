@@ -35,7 +35,7 @@ from pathlib import Path
 from analyses.lst.grid import GROUPS, PRESET_SETTINGS, NoTrainOption, RunSpec, build_grid
 from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
-from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line
+from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line, to_devnull
 from trainers.console import print_line
 from trainers.train import SpeedOptions
 
@@ -314,9 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = (f"sweep {args.preset}: {len(grid)} runs, {len(grid) - len(todo)} finished, {len(todo)} to train "
                f"({'ray' if args.backend == 'ray' else f'{args.workers} workers'})")
     if args.dry_run:  # the plan only: no folder, grid.json or sweep.log
-        print(f"{time.strftime('%H:%M:%S')} {summary} [dry run: nothing written]", flush=True)
-        for s in grid:
-            print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
+        try:
+            print(f"{time.strftime('%H:%M:%S')} {summary} [dry run: nothing written]", flush=True)
+            for s in grid:
+                print(f"  {'done' if s not in todo else 'todo'}  {s.name}")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--dry-run | head`: the reader has what it wanted; as `pe-probe analyze --json`
+            to_devnull("stdout")
         return 0
     try:
         root.mkdir(parents=True, exist_ok=True)

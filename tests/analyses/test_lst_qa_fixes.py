@@ -193,3 +193,17 @@ def test_a_run_folder_with_a_broken_config_is_named_with_the_file(tmp_path, caps
     (tmp_path / "learned-every-s0.1-seed0" / "config.json").write_text("{")
     err = refused(tmp_path, capsys, ["--root", str(tmp_path), *SMALL, "--dry-run"])
     assert "e.g. learned-every-s0.1-seed0: config.json is not valid JSON" in err and "--force" not in err
+
+
+def test_a_dry_run_into_a_closed_pipe_ends_quietly_with_exit_0(tmp_path, monkeypatch):
+    """`sweep --dry-run | head -1` ended in a BrokenPipeError traceback (README walkthrough)."""
+    import io
+    import sys
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert S.main(["--root", str(tmp_path / "sweep"), *SMALL, "--dry-run"]) == 0
+    assert not (tmp_path / "sweep").exists()
