@@ -234,7 +234,8 @@ def summary(results: dict[str, list[FileCheck] | str], committed: Path, rtol: fl
         if isinstance(res, str):
             lines.append(f"- **{name}**: {res}")
             continue
-        bad = [c for c in res if not c.ok]
+        extra = [c for c in res if c.status == "extra"]  # files the committed report lacks: said apart
+        bad = [c for c in res if not c.ok and c.status != "extra"]
         numbers, inexact = sum(c.numbers for c in res), sum(c.inexact for c in res)
         differing = sum(c.differing for c in res)
         beyond = (f"; {differing:,} differ beyond the tolerance (largest relative difference "
@@ -242,8 +243,12 @@ def summary(results: dict[str, list[FileCheck] | str], committed: Path, rtol: fl
         rounding = (f"; {inexact:,} {'more' if differing else 'of them'} differ in the last digits only, within the "
                     f"tolerance (largest relative difference {max(c.max_rel_inexact for c in res if c.inexact):.2g})"
                     if inexact else "; every number bit-identical" if not bad else "")
-        lines.append(f"- **{name}**: " + ("reproduces: " if not bad else f"**{len(bad)} of {len(res)} files differ**: ")
-                     + f"{len(res)} data files, {numbers:,} numbers compared{beyond}{rounding}")
+        compared = len(res) - len(extra)
+        extras = (f"; **{len(extra)} extra file{'s' if len(extra) != 1 else ''}** in the regenerated report, not in "
+                  f"the committed one" if extra else "")
+        head = ("reproduces: " if not bad and not extra else "**extra files**: " if not bad
+                else f"**{len(bad)} of {compared} files differ**: ")
+        lines.append(f"- **{name}**: {head}{compared} data files, {numbers:,} numbers compared{beyond}{rounding}{extras}")
     lines += ["", "| report | file | status | numbers | differing | max abs diff | max rel diff | first difference |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for name, res in results.items():

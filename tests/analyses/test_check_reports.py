@@ -220,3 +220,15 @@ def test_the_netsim_pilot_regenerates_and_every_committed_file_is_compared(tmp_p
                        for p in (ROOT / "reports" / "netsim").rglob("*") if p.suffix in (".csv", ".json"))
     for rel in committed:
         assert f"| netsim | `{rel}` | " in text and f"| netsim | `{rel}` | missing" not in text
+
+
+def test_extra_files_are_counted_apart_from_differing_ones(tmp_path, capsys):
+    """A full `pe-probe demo --out` folder holds files the committed demo leaves out: the line said '25 of 26 files
+    differ' when 18 of them were extra and none differed (README walkthrough)."""
+    committed, regenerated = _copies(tmp_path)
+    (regenerated / "netsim" / "more.csv").write_text("a,b\n1,2\n")
+    (regenerated / "netsim" / "more.json").write_text("{}")
+    assert main(["--committed", str(committed), "--regenerated", str(regenerated), "--reports", "netsim"]) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("- **netsim**"))
+    assert line.startswith("- **netsim**: **extra files**: ") and "files differ" not in line
+    assert "; **2 extra files** in the regenerated report, not in the committed one" in line
