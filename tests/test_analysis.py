@@ -306,7 +306,7 @@ BAD_INPUT_MESSAGES = {
     "gt_nan": "ground truth: contains NaN/Inf coordinates; give finite coordinates",
     "gt_constant": "ground truth: all positions have the same coordinates; .*: give each position its own", "neg_perm": "n_perm must be >= 0, got -1",
     "empty_methods": "no recovery methods given", "neighbours": "must be below N/2 = 8 .* got 15",
-    "not_numeric": "table: expected numbers", "equidistant": "all rows of the table are equidistant",
+    "not_numeric": "table: holds text, not numbers", "equidistant": "all rows of the table are equidistant",
     "gt_equidistant": "equally far apart", "fractional_perm": "n_perm must be an integer, got 2.7",
     "bool_boot": "n_boot must be an integer, got True",
 }
