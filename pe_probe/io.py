@@ -640,16 +640,45 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
     return _torch_store(tensors, path_shown), meta
 
 
-def _flatten(obj: dict, prefix: str = "", where: str = "") -> dict[str, Any]:
+MAX_WALK_NODES = 1_000_000  # entries visited walking one state_dict, config or metrics: real ones have thousands
+
+
+def walk_budget(where: str, what: str) -> Callable[[], None]:
+    """A counter that raises InputError once more than `MAX_WALK_NODES` entries were visited: a few-KB file can
+    hold a "diamond" (each level referring to the next twice: 2^40 entries to walk from 40 levels), which no depth
+    limit stops."""
+    count = [0]
+
+    def visit() -> None:
+        count[0] += 1
+        if count[0] > MAX_WALK_NODES:
+            raise InputError(f"{where}: its {what} holds more than {MAX_WALK_NODES:,} nested entries (shared "
+                             f"sub-containers repeated level after level?), which no real checkpoint has; re-save it "
+                             f"with a plain {what}")
+    return visit
+
+
+def _flatten(obj: dict, prefix: str = "", where: str = "", _visit: Callable[[], None] | None = None,
+             _path: tuple[int, ...] = ()) -> dict[str, Any]:
     """Tensors of a nested dict, keyed by dotted names; non-tensor entries are ignored. Two tensors that get the
-    same name (``{"a": {"b": t}}`` and ``{"a.b": u}``) are refused: one of them was picked silently."""
+    same name (``{"a": {"b": t}}`` and ``{"a.b": u}``) are refused: one of them was picked silently. A dict that
+    contains itself, nesting deeper than `MAX_META_DEPTH` levels or more than `MAX_WALK_NODES` entries are refused
+    (one line: a crafted few-KB file overflowed the stack or never finished)."""
     import torch
 
+    visit = _visit or walk_budget(where or "the file", "state_dict")
+    if id(obj) in _path:
+        raise InputError(f"{where or 'the file'}: its state_dict contains itself (under {show_path(prefix)}); re-save "
+                         f"it as a plain dict of tensors")
+    if len(_path) >= MAX_META_DEPTH:
+        raise InputError(f"{where or 'the file'}: its state_dict is nested deeper than {MAX_META_DEPTH} levels, which no "
+                         f"real one is; re-save it as a plain dict of tensors")
     out: dict[str, Any] = {}
     for key, value in obj.items():
+        visit()
         name = f"{prefix}.{key}" if prefix else str(key)
         found = {name: value} if isinstance(value, torch.Tensor) else (
-            _flatten(value, name, where) if isinstance(value, dict) else {})
+            _flatten(value, name, where, visit, (*_path, id(obj))) if isinstance(value, dict) else {})
         for n in found.keys() & out.keys():
             raise InputError(f"{where or 'the file'}: two tensors are named {show_path(n)} (one under nested keys, one "
                              f"under a dotted key); re-save the state_dict with distinct names")
@@ -1188,7 +1217,10 @@ def plain_meta(value: Any, what: str, where: str) -> Any:
     import numpy as np
     import torch
 
+    visit = walk_budget(where, what)
+
     def plain(v: Any, depth: int) -> Any:
+        visit()
         if depth > MAX_META_DEPTH:
             raise InputError(f"{where}: its {what} is nested deeper than {MAX_META_DEPTH} levels, which no real config "
                              f"has; re-save it with a plain {what}")

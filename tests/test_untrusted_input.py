@@ -408,3 +408,28 @@ def test_torch_loaders_from_2_10_on_are_accepted(tmp_path, version):
     from pe_probe.filechecks import check_safe_torch_loader
 
     check_safe_torch_loader(tmp_path / "x.pt", version)
+
+
+def _diamond(levels: int, leaf):
+    """Each level refers to the next twice: a few KB on disk, 2^levels entries to walk."""
+    cur = leaf
+    for _ in range(levels):
+        cur = {"a": cur, "b": cur}
+    return cur
+
+
+@pytest.mark.parametrize("build, needle", [
+    (lambda t: (lambda d: d.update(self=d) or d)({"wpe.weight": t}), "its state_dict contains itself (under self)"),
+    (lambda t: {**_diamond(40, {"x": torch.zeros(1)}), "wpe.weight": t}, "its state_dict holds more than 1,000,000"),
+    (lambda t: {"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": t}, "config": _diamond(40, {"x": 1})},
+     "its config holds more than 1,000,000"),
+    (lambda t: {"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": t}, "metrics": _diamond(40, [1.0])},
+     "its metrics holds more than 1,000,000"),
+])
+def test_self_referencing_or_diamond_checkpoints_are_refused_not_crashed_or_hung(tmp_path, capsys, build, needle):
+    """QA: a dict containing itself overflowed the stack (RecursionError traceback); a 2.7 KB 'diamond' never
+    finished (2^40 entries walked); the same for a checkpoint's config or metrics."""
+    path = tmp_path / "crafted.pt"
+    torch.save(build(torch.randn(16, 8)), path)
+    assert path.stat().st_size < 20_000
+    refuse(["analyze", path, "-g", "line:16", *FAST], capsys, needle)
