@@ -104,6 +104,8 @@ def torch_load_reason(e: BaseException) -> str:
     text = _ANSI.sub("", first_line(e))
     if "weights only load failed" in text.lower() or "weights_only" in text:
         return "torch's weights-only reader refused it"
+    if "%ld" in text:  # torch's legacy reader prints its format string with the numbers run together
+        return text.split(":")[0].strip() + " (the file is truncated or edited)"
     return text
 
 

@@ -34,6 +34,7 @@ from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_re
 from pe_probe.errors import first_line as _first_line
 from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.torchfile import read_torch_file, torch_file_reason
+from pe_probe.torchzip import mmap_is_safe
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes, parse_layer
 
@@ -519,8 +520,9 @@ def _torch_load(path: Path) -> Any:
     check_not_numpy(path)
     check_torch_pickle(path)  # a crafted multi-MB pickle would take minutes to unpickle
     label = show_path(path)
+    mmap = zipfile.is_zipfile(path) and mmap_is_safe(path)  # a record cut short would be read past its end
     try:
-        return read_torch_file(path, "cpu", mmap=zipfile.is_zipfile(path))
+        return read_torch_file(path, "cpu", mmap=mmap)
     except pickle.UnpicklingError as e:
         # Either way nothing ran; the wording only tells a corrupt file from one that holds code.
         if _pickle_has_code(path):

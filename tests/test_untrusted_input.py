@@ -433,3 +433,37 @@ def test_self_referencing_or_diamond_checkpoints_are_refused_not_crashed_or_hung
     torch.save(build(torch.randn(16, 8)), path)
     assert path.stat().st_size < 20_000
     refuse(["analyze", path, "-g", "line:16", *FAST], capsys, needle)
+
+
+def _rezipped(src, out, mutate, compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(out, "w", compression) as b:
+        for name, data in mutate({n: a.read(n) for n in a.namelist()}).items():
+            b.writestr(name, data)
+    return out
+
+
+def test_a_torch_zip_record_cut_short_is_refused_and_a_deflated_one_read_right(tmp_path, capsys):
+    """QA: with mmap=True torch read a storage record cut to 10 bytes past its end (garbage analysed, exit 0) and a
+    deflate-compressed record as its compressed bytes (a NaN message, or garbage)."""
+    table = torch.randn(16, 8)
+    base = tmp_path / "base.pt"
+    torch.save({"wpe.weight": table}, base)
+    short = _rezipped(base, tmp_path / "short.pt", lambda d: {k: v[:10] if "/data/" in k else v for k, v in d.items()})
+    refuse(["analyze", short, "-g", "line:16", *FAST], capsys, "holds 10 bytes but its tensor's storage needs 512: the file "
+                                                             "is truncated or edited")
+    deflated = _rezipped(base, tmp_path / "deflated.pt", lambda d: d, zipfile.ZIP_DEFLATED)
+    assert pe_probe.analyze_source(str(deflated), "line:16", n_perm=0, n_boot=0, n_null=0).table.tolist() == \
+        table.double().tolist()
+
+
+def test_well_formed_torch_zips_keep_the_memory_mapped_load_and_torch_format_strings_stay_out_of_messages(tmp_path):
+    from pe_probe.errors import torch_load_reason
+    from pe_probe.torchzip import mmap_is_safe
+
+    state = {"wpe.weight": torch.randn(16, 8), "h": {"b": torch.zeros(3, dtype=torch.bfloat16)},
+             "ids": torch.arange(5), "shared": None}
+    state["shared"] = state["wpe.weight"][2:]  # a view: one storage, two tensors
+    torch.save(state, tmp_path / "ok.pt")
+    assert mmap_is_safe(tmp_path / "ok.pt")
+    reason = torch_load_reason(RuntimeError("storage has wrong byte size: expected %ld got %ld400000000000512"))
+    assert reason == "storage has wrong byte size (the file is truncated or edited)"
