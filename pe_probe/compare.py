@@ -275,6 +275,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
 
     if backend not in ("local", "ray"):
         raise InputError(f"unknown compare backend {backend!r}; choose local or ray")
+    if by is not None and not str(by).strip():
+        raise InputError("--by is empty; give a dotted config key such as pe.init_std, or leave --by out")
     given = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     skipped = set(skipped_folders([Path(s) for s in given]))  # never read: an earlier compare's --out may be one
     out_dir = check_out_dir(out_dir, force, inputs=[*(s for s in given if Path(s) not in skipped), ground_truth])

@@ -254,6 +254,8 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
         for o, c in enumerate(keep):
             cell = cells[c]
             try:
+                if "_" in cell:  # float() reads "1_0" as 10: a typo, not a number written in a data file
+                    raise ValueError(cell)
                 out[r, o] = float(cell)
             except ValueError:
                 raise InputError(

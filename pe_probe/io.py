@@ -406,6 +406,18 @@ def _open(source: str | os.PathLike) -> tuple[_Store, dict[str, Any]]:
                      f".npy, .npz, .csv, .txt or a Hugging Face model folder")
 
 
+def _present(path: Path, what: str) -> bool:
+    """Whether ``path`` is a regular file; InputError when something else has its name (a folder, pipe or device, a
+    broken or looping link): an unusable config.json was silently ignored, an unusable weights file reported as
+    missing."""
+    if path.is_file():
+        return True
+    if os.path.lexists(path):
+        raise InputError(f"{show_path(path)}: the {what} is not a regular file (a folder, pipe or device, or a broken or "
+                         f"looping link); replace it with the real file")
+    return False
+
+
 def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[str, Any]]:
     """A Hugging Face model folder: config.json plus safetensors or PyTorch weights (maybe sharded).
 
@@ -415,14 +427,14 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
     """
     meta["source_kind"] = "hf-folder"
     config_path = folder / "config.json"
-    if config_path.is_file():
+    if _present(config_path, "model's config"):
         meta["config"] = _read_json(config_path)
     for single, index in (("model.safetensors", "model.safetensors.index.json"),
                           ("pytorch_model.bin", "pytorch_model.bin.index.json")):
         weight_map = None
-        if (folder / single).is_file():
+        if _present(folder / single, "weights file"):
             files = [folder / single]
-        elif (folder / index).is_file():
+        elif _present(folder / index, "weights index"):
             weight_map = _read_json(folder / index).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map or not all(
                     isinstance(f, str) for f in weight_map.values()):
@@ -434,7 +446,11 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
             if outside:  # shards live in the model folder; an index must not point elsewhere
                 raise InputError(f"{folder / index}: shard paths outside the model folder ({outside[0]}); "
                                  f"an index names files in its own folder")
-            missing = [str(f) for f in files if not f.is_file()]
+            not_weights = [f for f in dict.fromkeys(weight_map.values()) if Path(f).suffix not in (".safetensors", ".bin")]
+            if not_weights:
+                raise InputError(f"{folder / index}: names {show_path(not_weights[0])} as a shard, not a weights file "
+                                 f"(.safetensors or .bin); download the model's index file again")
+            missing = [str(f) for f in files if not _present(f, "weight shard")]
             if missing:
                 raise InputError(f"{folder / index}: shard files missing {missing[:3]}; download the complete model")
             meta["notes"].append(f"{len(files)} weight shards; sha256 is of the shards concatenated in index order")
@@ -447,10 +463,9 @@ def _open_hf_folder(folder: Path, meta: dict[str, Any]) -> tuple[_Store, dict[st
             meta["notes"].append(f"read {show_path(read)}{' and its shards' if weight_map is not None else ''}; "
                                  f"{', '.join(show_path(o) for o in sorted(others)[:3])} beside it not read "
                                  f"(safetensors first, as transformers)")
-        if files[0].suffix == ".safetensors":
-            stores = [_open_safetensors([f]) for f in files]
-        else:
-            stores = [_from_torch_object(_torch_load(f), f, {**meta, "notes": []})[0] for f in files]
+        # each shard by its own suffix: an index may mix safetensors and .bin shards
+        stores = [_open_safetensors([f]) if f.suffix == ".safetensors" else
+                  _from_torch_object(_torch_load(f), f, {**meta, "notes": []})[0] for f in files]
         if weight_map is None:
             return _merge(stores), meta
         return _by_index(dict(zip(files, stores)), weight_map, folder, folder / index, meta["notes"]), meta
@@ -1189,7 +1204,7 @@ def sha256_file(*paths: Path | str, chunk: int = 1 << 20) -> str:
 def _sibling_config(path: Path) -> dict | None:
     """The config.json next to a weights file named like Hugging Face's (model.safetensors, pytorch_model.bin)."""
     cfg = path.parent / "config.json"
-    if _HF_WEIGHTS.fullmatch(path.name) and cfg.is_file():
+    if _HF_WEIGHTS.fullmatch(path.name) and _present(cfg, "model's config"):
         return _read_json(cfg)
     return None
 

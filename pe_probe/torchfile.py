@@ -39,4 +39,7 @@ def torch_file_reason(e: BaseException) -> str:
         return "it ends too early: empty or truncated"
     if isinstance(e, (pickle.UnpicklingError, RuntimeError, OSError)):
         return torch_load_reason(e)
-    return f"corrupt, or not written by torch.save: {type(e).__name__}"
+    name = type(e).__name__
+    if name == "error":  # struct.error, zlib.error: the module says what failed
+        name = f"{type(e).__module__}.error"
+    return f"corrupt, or not written by torch.save: {name}"

@@ -288,3 +288,10 @@ def test_rows_of_a_3d_grid_keep_its_shape_only_for_whole_planes() -> None:
     gt = grid(3, 2, 2)  # inner size 2 * 2 = 4
     assert gt.rows(4, 12).shape == (2, 2, 2)
     assert gt.rows(4, 10).shape is None
+
+
+def test_a_number_with_an_underscore_is_not_read_as_a_number(tmp_path) -> None:
+    """float('1_0') is 10: a coordinate file holding '1_0' was read silently (hostile-input QA)."""
+    (tmp_path / "u.csv").write_text("0,0\n1_0,1\n2,2\n3,3\n")
+    with pytest.raises(InputError, match=r"line 2, column 1: '1_0' is not a number"):
+        parse_ground_truth(tmp_path / "u.csv")

@@ -467,3 +467,37 @@ def test_well_formed_torch_zips_keep_the_memory_mapped_load_and_torch_format_str
     assert mmap_is_safe(tmp_path / "ok.pt")
     reason = torch_load_reason(RuntimeError("storage has wrong byte size: expected %ld got %ld400000000000512"))
     assert reason == "storage has wrong byte size (the file is truncated or edited)"
+
+
+def test_hugging_face_files_that_are_not_regular_files_or_not_weights_are_named(tmp_path, capsys):
+    """QA: a config.json that was a folder, FIFO or looping link was silently ignored; a weights file that was a
+    FIFO was 'missing'; an index naming config.json as a shard got 'not a readable torch file'; a .bin shard after a
+    .safetensors one was read as safetensors; a struct.error read as the reason 'error'."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    save_file({"pos_embed": torch.randn(16, 8)}, str(folder / "model.safetensors"))
+    (folder / "config.json").mkdir()
+    refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "config.json: the model's config is not a regular file")
+    (folder / "config.json").rmdir()
+    os.symlink("config.json", folder / "config.json")  # a link to itself: a loop
+    refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "config.json: the model's config is not a regular file")
+    os.unlink(folder / "config.json")
+    os.rename(folder / "model.safetensors", folder / "real.safetensors")
+    os.mkfifo(folder / "model.safetensors")
+    refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "model.safetensors: the weights file is not a regular")
+    os.unlink(folder / "model.safetensors")
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"pos_embed": "config.json"}}))
+    refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "names config.json as a shard, not a weights file")
+    # mixed shards: each read by its own suffix
+    save_file({"pos_embed": torch.randn(16, 8)}, str(folder / "a.safetensors"))
+    torch.save({"other": torch.randn(3, 3)}, folder / "b.bin")
+    index.write_text(json.dumps({"weight_map": {"pos_embed": "a.safetensors", "other": "b.bin"}}))
+    assert main(["analyze", str(folder), "-g", "line:16", *FAST]) == 0
+    (folder / "b.bin").write_bytes(b"\x80\x02junk")
+    refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "b.bin: not a readable torch file")
+    (folder / "b.bin").write_bytes(b"0123456789")
+    err = refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "b.bin: not a readable torch file")
+    assert "torch.save: error)" not in err

@@ -504,3 +504,9 @@ def test_python_compare_uses_the_command_lines_permutation_and_bootstrap_default
         compare(noise_sweep[:2], tmp_path / "o", progress=False)
     cli = build_parser().parse_args(["compare", "a", "b", "--out", "o"])
     assert (seen[0]["n_perm"], seen[0]["n_boot"]) == (cli.n_perm, cli.n_boot) == (200, 200)
+
+
+def test_an_empty_by_is_refused_before_any_work(noise_sweep, tmp_path):
+    with pytest.raises(InputError, match="--by is empty; give a dotted config key"):
+        compare(noise_sweep[:2], tmp_path / "o", by=" ", analyze_kwargs=FAST, progress=False)
+    assert not (tmp_path / "o").exists()
