@@ -12,7 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser, interrupted, os_error_message, show_path, to_devnull
+from .errors import (InputError, OneLineArgumentParser, ctrl_c_kept, interrupted, os_error_message, show_path,
+                     to_devnull)
 
 EPILOG_ANALYZE = """\
 examples:
@@ -372,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 0
-        return {"analyze": cmd_analyze, "compare": cmd_compare}[args.command](args)
+        with ctrl_c_kept():
+            return {"analyze": cmd_analyze, "compare": cmd_compare}[args.command](args)
     except InputError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else "bad input"
         sys.stderr.write(f"{exc.prog or 'pe-probe'}: error: {msg}\n")

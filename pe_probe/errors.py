@@ -1,12 +1,13 @@
 """Exceptions that separate bad user input (exit code 2) from internal errors (exit code 1)."""
 
 import argparse
+import contextlib
 import errno
 import os
 import re
 import sys
 import unicodedata
-from typing import Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 
 class InputError(ValueError):
@@ -138,3 +139,52 @@ def script_exit(main: Callable[[], int], prog: str) -> NoReturn:
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
     raise SystemExit(code)
+
+
+_PENDING_INTERRUPT: list[int] = []  # Ctrl-Cs received under `ctrl_c_kept` and not yet acted on
+
+
+@contextlib.contextmanager
+def ctrl_c_kept() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is remembered: raised inside a callback (numba's compiler
+    through ctypes, a weakref callback, a pybind11 conversion) Python swallows it and the run went on to write its
+    report with exit 0. `stop_if_interrupted` (called before a report is committed) and the end of this block then
+    stop all the same; the swallowed exception is not printed as "Exception ignored". Main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        _PENDING_INTERRUPT.append(signum)
+        raise KeyboardInterrupt
+
+    def quiet(unraisable: Any) -> None:
+        if not (_PENDING_INTERRUPT and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            hook(unraisable)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    hook, sys.unraisablehook = sys.unraisablehook, quiet
+    try:
+        yield
+    except Exception as exc:  # a Ctrl-C that a C++ binding turned into another error (pybind11: a TypeError)
+        if _PENDING_INTERRUPT:
+            _PENDING_INTERRUPT.clear()
+            raise KeyboardInterrupt from exc
+        raise
+    except BaseException:
+        _PENDING_INTERRUPT.clear()
+        raise
+    finally:
+        sys.unraisablehook = hook
+        signal.signal(signal.SIGINT, previous)
+    stop_if_interrupted()
+
+
+def stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt for a Ctrl-C that a callback swallowed (see `ctrl_c_kept`)."""
+    if _PENDING_INTERRUPT:
+        _PENDING_INTERRUPT.clear()
+        raise KeyboardInterrupt

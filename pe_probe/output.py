@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, check_utf8_out, show_path
+from .errors import InputError, check_utf8_out, show_path, stop_if_interrupted
 
 MARKER = ".pe-probe-output"
 MAX_OUT_NAME = 200  # bytes of --out's last name: staged as ".NAME.staging-PID-XXXXXXXX", at most 255 bytes
@@ -102,6 +102,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     try:
         with terminate_as_exit():
             yield stage
+        stop_if_interrupted()  # a Ctrl-C that a callback swallowed: no report
         (stage / MARKER).write_text("written by pe-probe\n")
         if out.exists():
             _swap_in(stage, out)

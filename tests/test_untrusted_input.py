@@ -501,3 +501,32 @@ def test_hugging_face_files_that_are_not_regular_files_or_not_weights_are_named(
     (folder / "b.bin").write_bytes(b"0123456789")
     err = refuse(["analyze", folder, "-g", "line:16", *FAST], capsys, "b.bin: not a readable torch file")
     assert "torch.save: error)" not in err
+
+
+def test_a_ctrl_c_swallowed_by_a_callback_still_stops_the_run_before_the_report_is_written(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """QA: Ctrl-C raised inside a callback (numba's compiler via ctypes, a weakref callback) was printed as
+    'Exception ignored ... KeyboardInterrupt' and the run went on to write its report with exit 0."""
+    import pe_probe.api
+
+    real = pe_probe.api.analyze_source
+
+    class PressedDuringCleanup:
+        def __del__(self):  # as a callback: what it raises is swallowed
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+
+    def analyze_then_ctrl_c(*args, **kwargs):
+        result = real(*args, **kwargs)
+        obj = PressedDuringCleanup()
+        del obj
+        return result
+
+    monkeypatch.setattr(pe_probe.api, "analyze_source", analyze_then_ctrl_c)
+    out = tmp_path / "report"
+    assert main(["analyze", "builtin:sin2d:4x4", "--out", str(out), *FAST]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "pe-probe: interrupted" and not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored for the next command
+    monkeypatch.setattr(pe_probe.api, "analyze_source", real)
+    assert main(["analyze", "builtin:sin2d:4x4", *FAST]) == 0  # nothing left pending
