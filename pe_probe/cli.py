@@ -78,7 +78,7 @@ def _folder(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .compare import COMPARE_N_BOOT, COMPARE_N_PERM
+    from .defaults import COMPARE_N_BOOT, COMPARE_N_PERM
 
     p = OneLineArgumentParser(prog="pe-probe", description="Did a transformer's positional encoding recover the true geometry "
                 "of its token positions? Load a PE table from any checkpoint and measure it against ground truth.",

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pe_probe.defaults import COMPARE_N_BOOT, COMPARE_N_PERM
 from pe_probe.errors import InputError, NoPETableError, show_path
 
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
@@ -52,12 +53,6 @@ def _step_checkpoints(run: Path) -> list[Path]:
             if m and p.is_file():
                 found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
-
-
-# Permutations and bootstrap resamples per source: fewer than one analysis's 1000, as many sources run (the CLI's
-# --n-perm / --n-boot defaults; `compare` uses them too unless analyze_kwargs names others)
-COMPARE_N_PERM = 200
-COMPARE_N_BOOT = 200
 
 
 def skipped_folders(paths: Sequence[Path]) -> list[Path]:

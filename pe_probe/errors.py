@@ -153,7 +153,8 @@ def ctrl_c_kept() -> Iterator[None]:
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:  # ignored (cmd &, nohup) or handled
         yield
         return
 

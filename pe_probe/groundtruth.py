@@ -254,9 +254,7 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
         for o, c in enumerate(keep):
             cell = cells[c]
             try:
-                if "_" in cell:  # float() reads "1_0" as 10: a typo, not a number written in a data file
-                    raise ValueError(cell)
-                out[r, o] = float(cell)
+                out[r, o] = parse_number(cell)
             except ValueError:
                 raise InputError(
                     f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
@@ -353,12 +351,20 @@ def _positive_size(n: Any, kind: str) -> int:
     return int(n)
 
 
+# A number as data files write it: ASCII digits, an optional sign, point and exponent, or inf / nan. Python's float()
+# also takes "1_0" (10) and other scripts' digits ("٣" is 3), which in a coordinate file are typos or text.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE | re.ASCII)
+
+
+def parse_number(cell: str) -> float:
+    """``cell`` as a float if it is a number written in ASCII (`_NUMBER`), else ValueError."""
+    if not _NUMBER.fullmatch(cell):
+        raise ValueError(cell)
+    return float(cell)
+
+
 def _all_numbers(cells: list[str]) -> bool:
-    try:
-        [float(c) for c in cells]
-    except ValueError:
-        return False
-    return True
+    return all(_NUMBER.fullmatch(c) for c in cells)
 
 
 def _to_numpy(x: Any) -> np.ndarray:

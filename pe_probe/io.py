@@ -657,48 +657,52 @@ def _from_torch_object(obj: Any, path: Path, meta: dict[str, Any]) -> tuple[_Sto
     return _torch_store(tensors, path_shown), meta
 
 
-MAX_WALK_NODES = 1_000_000  # entries visited walking one state_dict, config or metrics: real ones have thousands
+MAX_WALK_NODES = 1_000_000  # containers walked in one state_dict, config or metrics: real ones have at most thousands
 
 
 def walk_budget(where: str, what: str) -> Callable[[], None]:
-    """A counter that raises InputError once more than `MAX_WALK_NODES` entries were visited: a few-KB file can
-    hold a "diamond" (each level referring to the next twice: 2^40 entries to walk from 40 levels), which no depth
-    limit stops."""
+    """A counter that raises InputError once more than `MAX_WALK_NODES` containers (dicts, lists...) were walked: a
+    few-KB file can hold a "diamond" (each level referring to the next twice: 2^40 containers from 40 levels), which
+    no depth limit stops. Numbers and strings do not count: a long loss history is fine."""
     count = [0]
 
     def visit() -> None:
         count[0] += 1
         if count[0] > MAX_WALK_NODES:
-            raise InputError(f"{where}: its {what} holds more than {MAX_WALK_NODES:,} nested entries (shared "
+            raise InputError(f"{where}: its {what} holds more than {MAX_WALK_NODES:,} nested containers (shared "
                              f"sub-containers repeated level after level?), which no real checkpoint has; re-save it "
                              f"with a plain {what}")
     return visit
 
 
-def _flatten(obj: dict, prefix: str = "", where: str = "", _visit: Callable[[], None] | None = None,
-             _path: tuple[int, ...] = ()) -> dict[str, Any]:
+def _flatten(obj: dict, prefix: str = "", where: str = "") -> dict[str, Any]:
     """Tensors of a nested dict, keyed by dotted names; non-tensor entries are ignored. Two tensors that get the
     same name (``{"a": {"b": t}}`` and ``{"a.b": u}``) are refused: one of them was picked silently. A dict that
-    contains itself, nesting deeper than `MAX_META_DEPTH` levels or more than `MAX_WALK_NODES` entries are refused
-    (one line: a crafted few-KB file overflowed the stack or never finished)."""
+    contains itself, nesting deeper than `MAX_META_DEPTH` levels or more than `MAX_WALK_NODES` dicts to walk are
+    refused (one line: a crafted few-KB file overflowed the stack or never finished)."""
+    where = where or "the file"
+    return _flatten_into(obj, prefix, where, walk_budget(where, "state_dict"), ())
+
+
+def _flatten_into(obj: dict, prefix: str, where: str, visit: Callable[[], None], path: tuple[int, ...]) -> dict[str, Any]:
+    """`_flatten`'s walk: ``visit`` counts the dicts walked, ``path`` holds the ids of the dicts above this one."""
     import torch
 
-    visit = _visit or walk_budget(where or "the file", "state_dict")
-    if id(obj) in _path:
-        raise InputError(f"{where or 'the file'}: its state_dict contains itself (under {show_path(prefix)}); re-save "
-                         f"it as a plain dict of tensors")
-    if len(_path) >= MAX_META_DEPTH:
-        raise InputError(f"{where or 'the file'}: its state_dict is nested deeper than {MAX_META_DEPTH} levels, which no "
-                         f"real one is; re-save it as a plain dict of tensors")
+    visit()
+    if id(obj) in path:
+        raise InputError(f"{where}: its state_dict contains itself (under {show_path(prefix)}); re-save it as a plain "
+                         f"dict of tensors")
+    if len(path) >= MAX_META_DEPTH:
+        raise InputError(f"{where}: its state_dict is nested deeper than {MAX_META_DEPTH} levels, which no real one is; "
+                         f"re-save it as a plain dict of tensors")
     out: dict[str, Any] = {}
     for key, value in obj.items():
-        visit()
         name = f"{prefix}.{key}" if prefix else str(key)
         found = {name: value} if isinstance(value, torch.Tensor) else (
-            _flatten(value, name, where, visit, (*_path, id(obj))) if isinstance(value, dict) else {})
+            _flatten_into(value, name, where, visit, (*path, id(obj))) if isinstance(value, dict) else {})
         for n in found.keys() & out.keys():
-            raise InputError(f"{where or 'the file'}: two tensors are named {show_path(n)} (one under nested keys, one "
-                             f"under a dotted key); re-save the state_dict with distinct names")
+            raise InputError(f"{where}: two tensors are named {show_path(n)} (one under nested keys, one under a dotted "
+                             f"key); re-save the state_dict with distinct names")
         out.update(found)
     return out
 
@@ -1236,19 +1240,21 @@ def plain_meta(value: Any, what: str, where: str) -> Any:
 
     visit = walk_budget(where, what)
 
-    def plain(v: Any, depth: int) -> Any:
-        visit()
+    def plain(v: Any, depth: int, path: tuple[int, ...] = ()) -> Any:
         if depth > MAX_META_DEPTH:
             raise InputError(f"{where}: its {what} is nested deeper than {MAX_META_DEPTH} levels, which no real config "
                              f"has; re-save it with a plain {what}")
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
-        if isinstance(v, dict):
-            return {str(k): plain(x, depth + 1) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x, depth + 1) for x in v]
-        if isinstance(v, (set, frozenset)):
-            return [plain(x, depth + 1) for x in sorted(v, key=repr)]
+        if isinstance(v, (dict, list, tuple, set, frozenset)):
+            visit()
+            if id(v) in path:
+                raise InputError(f"{where}: its {what} contains itself; re-save it with a plain {what}")
+            inner = (*path, id(v))
+            if isinstance(v, dict):
+                return {str(k): plain(x, depth + 1, inner) for k, x in v.items()}
+            items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+            return [plain(x, depth + 1, inner) for x in items]
         if isinstance(v, torch.Tensor):
             dtype = str(v.dtype).replace("torch.", "")
             if v.is_nested or v.layout != torch.strided or v.is_meta or v.numel() > 10_000:

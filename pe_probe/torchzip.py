@@ -10,6 +10,7 @@ stub (nothing from the file runs), and each record's size and compression are co
 
 from __future__ import annotations
 
+import io
 import pickle
 import warnings
 import zipfile
@@ -38,38 +39,70 @@ class _Stub:
         pass
 
 
+# A torch pickle names a handful of globals (rebuild helpers, storage classes, OrderedDict); a crafted one could
+# name thousands, each a stub class of ~2 KB here
+MAX_GLOBALS = 256
+
+
 class _PersistentIds(pickle.Unpickler):
-    """Collects the persistent ids of a torch pickle; every global resolves to a fresh stub class named after it."""
+    """Collects the persistent ids of a torch pickle; every global resolves to a stub class named after it (one
+    per distinct name, at most `MAX_GLOBALS`)."""
 
     def __init__(self, data: bytes) -> None:
-        import io
-
         super().__init__(io.BytesIO(data))
         self.ids: list[Any] = []
+        self.classes: dict[str, type] = {}
 
     def find_class(self, module: str, name: str) -> type:
-        return type(name, (_Stub,), {"qualified": f"{module}.{name}"})
+        qualified = f"{module}.{name}"
+        if qualified not in self.classes:
+            if len(self.classes) >= MAX_GLOBALS:
+                raise pickle.UnpicklingError("too many distinct globals for a torch checkpoint")
+            self.classes[qualified] = type(name, (_Stub,), {"qualified": qualified})
+        return self.classes[qualified]
 
     def persistent_load(self, pid: Any) -> _Stub:
         self.ids.append(pid)
         return _Stub()
 
 
+_PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")
+
+
+def _memo_is_compact(data: bytes) -> bool:
+    """Whether every memo index the pickle stores under is below its number of opcodes, as in any pickle Python or
+    torch writes (indices count up from 0). CPython's unpickler sizes its memo by the largest index: a 14-byte
+    pickle storing under index 2^31 asked for 32 GB. Scanned with `pickletools.genops`, which builds nothing."""
+    import pickletools
+
+    n_ops = 0
+    largest = -1
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            n_ops += 1
+            if op.name in _PUT_OPS:
+                largest = max(largest, int(arg))
+    except Exception:  # noqa: BLE001 - not a pickle this scan can follow: torch's own reader judges it
+        return False
+    return largest < n_ops
+
+
 def _element_size(storage_class: Any) -> int | None:
     """Bytes per element of a torch storage class named in the pickle (``torch.FloatStorage``...); 1 for
-    ``torch.UntypedStorage`` (its numel counts bytes); None when the name is not a torch storage class."""
+    ``UntypedStorage`` (its numel counts bytes; torch writes it as ``torch.storage.UntypedStorage`` for dtypes
+    without a typed storage: float8, uint16/32/64); None when the name is not a torch storage class."""
     import torch
 
     name = getattr(storage_class, "qualified", "")
     module, _, attr = name.rpartition(".")
+    if attr == "UntypedStorage" and module in ("torch", "torch.storage"):
+        return 1
     if module != "torch" or not attr.endswith("Storage"):
         return None
-    if attr == "UntypedStorage":
-        return 1
     with warnings.catch_warnings():  # TypedStorage classes warn that they are deprecated when touched
         warnings.simplefilter("ignore")
         dtype = getattr(getattr(torch, attr, None), "dtype", None)
-    return torch.empty(0, dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else None
+    return dtype.itemsize if isinstance(dtype, torch.dtype) else None
 
 
 def mmap_is_safe(path: Path) -> bool:
@@ -83,7 +116,10 @@ def mmap_is_safe(path: Path) -> bool:
             if len(pkl) != 1:
                 return False
             prefix = pkl[0].filename[: -len("data.pkl")]
-            reader = _PersistentIds(zf.read(pkl[0]))
+            data = zf.read(pkl[0])  # its size is capped before (filechecks.check_torch_pickle)
+            if not _memo_is_compact(data):
+                return False
+            reader = _PersistentIds(data)
             reader.load()
             infos = {i.filename: i for i in zf.infolist()}
     except Exception:  # noqa: BLE001 - any failure: let torch's own (non-mmap) reader judge the file

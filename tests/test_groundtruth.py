@@ -290,8 +290,16 @@ def test_rows_of_a_3d_grid_keep_its_shape_only_for_whole_planes() -> None:
     assert gt.rows(4, 10).shape is None
 
 
-def test_a_number_with_an_underscore_is_not_read_as_a_number(tmp_path) -> None:
-    """float('1_0') is 10: a coordinate file holding '1_0' was read silently (hostile-input QA)."""
+def test_numbers_are_ascii_numbers_not_whatever_float_accepts(tmp_path) -> None:
+    """float("1_0") is 10 and float("\\u0663") is 3: such cells were read silently (hostile-input QA, review)."""
     (tmp_path / "u.csv").write_text("0,0\n1_0,1\n2,2\n3,3\n")
     with pytest.raises(InputError, match=r"line 2, column 1: '1_0' is not a number"):
         parse_ground_truth(tmp_path / "u.csv")
+    (tmp_path / "d.csv").write_text("0,0\n1,\u0663\n2,2\n3,3\n", encoding="utf-8")  # an Arabic-Indic 3
+    with pytest.raises(InputError, match=r"line 2, column 2: .* is not a number"):
+        parse_ground_truth(tmp_path / "d.csv")
+    (tmp_path / "ok.csv").write_text("x,y\n-1.5e3,+.5\n2.,inf\n3E-2,-0\n4,5\n")
+    from pe_probe.groundtruth import read_number_table
+
+    np.testing.assert_array_equal(read_number_table(tmp_path / "ok.csv", header=True),
+                                  [[-1500, 0.5], [2, np.inf], [0.03, 0], [4, 5]])

@@ -424,7 +424,9 @@ def _diamond(levels: int, leaf):
     (lambda t: {"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": t}, "config": _diamond(40, {"x": 1})},
      "its config holds more than 1,000,000"),
     (lambda t: {"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": t}, "metrics": _diamond(40, [1.0])},
-     "its metrics holds more than 1,000,000"),
+     "its metrics holds more than 1,000,000 nested containers"),
+    (lambda t: {"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": t},
+                "config": (lambda c: c.update(me=c) or c)({"a": 1})}, "its config contains itself"),
 ])
 def test_self_referencing_or_diamond_checkpoints_are_refused_not_crashed_or_hung(tmp_path, capsys, build, needle):
     """QA: a dict containing itself overflowed the stack (RecursionError traceback); a 2.7 KB 'diamond' never
@@ -461,7 +463,8 @@ def test_well_formed_torch_zips_keep_the_memory_mapped_load_and_torch_format_str
     from pe_probe.torchzip import mmap_is_safe
 
     state = {"wpe.weight": torch.randn(16, 8), "h": {"b": torch.zeros(3, dtype=torch.bfloat16)},
-             "ids": torch.arange(5), "shared": None}
+             "ids": torch.arange(5), "shared": None, "f8": torch.randn(4).to(torch.float8_e4m3fn),
+             "u16": torch.zeros(3, dtype=torch.uint16)}  # these two are pickled as torch.storage.UntypedStorage
     state["shared"] = state["wpe.weight"][2:]  # a view: one storage, two tensors
     torch.save(state, tmp_path / "ok.pt")
     assert mmap_is_safe(tmp_path / "ok.pt")
@@ -523,10 +526,48 @@ def test_a_ctrl_c_swallowed_by_a_callback_still_stops_the_run_before_the_report_
 
     monkeypatch.setattr(pe_probe.api, "analyze_source", analyze_then_ctrl_c)
     out = tmp_path / "report"
-    assert main(["analyze", "builtin:sin2d:4x4", "--out", str(out), *FAST]) == 130
-    err = capsys.readouterr().err
-    assert err.strip() == "pe-probe: interrupted" and not out.exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored for the next command
-    monkeypatch.setattr(pe_probe.api, "analyze_source", real)
-    assert main(["analyze", "builtin:sin2d:4x4", *FAST]) == 0  # nothing left pending
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh process (another test may differ)
+    try:
+        assert main(["analyze", "builtin:sin2d:4x4", "--out", str(out), *FAST]) == 130
+        err = capsys.readouterr().err
+        assert err.strip() == "pe-probe: interrupted" and not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored for the next command
+        monkeypatch.setattr(pe_probe.api, "analyze_source", real)
+        assert main(["analyze", "builtin:sin2d:4x4", *FAST]) == 0  # nothing left pending
+        # a process started with Ctrl-C ignored (cmd &, nohup) keeps it ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from pe_probe.errors import ctrl_c_kept
+
+        with ctrl_c_kept():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_the_record_check_builds_nothing_big_from_a_crafted_pickle(tmp_path):
+    """Review: the check's unpickler made a class per GLOBAL (2.4 GB from a 5 MB pickle) and CPython sizes its memo
+    by the largest PUT index (a 14-byte pickle asked for 2-32 GB). Such pickles are left to torch's own reader."""
+    import struct
+
+    from pe_probe.torchzip import MAX_GLOBALS, _memo_is_compact, _PersistentIds
+
+    assert not _memo_is_compact(b"\x80\x02N" + b"r" + struct.pack("<I", 0x7FFFFFFF) + b".")
+    repeated = b"\x80\x04\x8c\x01a\x94\x8c\x01b\x94(" + b"h\x00h\x01\x93" * 10_000 + b"l."
+    reader = _PersistentIds(repeated)
+    reader.load()
+    assert len(reader.classes) == 1  # one stub class per distinct name, not per GLOBAL
+    names = b"".join(b"c" + b"m\n" + f"n{i}".encode() + b"\n" for i in range(MAX_GLOBALS + 1))
+    with pytest.raises(Exception, match="too many distinct globals"):
+        _PersistentIds(b"\x80\x02(" + names + b"l.").load()
+
+
+def test_a_long_flat_loss_history_is_not_mistaken_for_a_crafted_walk(tmp_path):
+    """Review: leaves counted against the walk budget, so 1,000,001 per-step losses refused the checkpoint."""
+    from pe_probe.io import MAX_WALK_NODES
+
+    path = tmp_path / "long.pt"
+    torch.save({"format": "pe-probe-checkpoint/1", "model": {"wpe.weight": torch.randn(16, 8)},
+                "pe_params": ["wpe.weight"], "metrics": {"train_loss_per_step": [0.1] * (MAX_WALK_NODES + 1)}}, path)
+    res = pe_probe.analyze_source(str(path), "line:16", n_perm=0, n_boot=0, n_null=0)
+    assert res.n_positions == 16

@@ -7,7 +7,7 @@ the report, so the rules and their description change together.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -248,16 +248,26 @@ def verdicts(runs: pd.DataFrame, ana_sigma: pd.DataFrame, ana_all: pd.DataFrame 
     return out
 
 
-def _trajectory_conclusion(up: list, down: list, flat: list, at_last: dict[str, float], first: int, last: int,
-                           n_views: int) -> str:
+class ViewChange(NamedTuple):
+    """One view's RSA change between two checkpoints: its view name, the phrase that states it, its label, and
+    `rsa_change`'s result (diff, t_p, n)."""
+
+    view: str
+    text: str
+    label: str
+    change: dict[str, Any]
+
+
+def _trajectory_conclusion(up: list[ViewChange], down: list[ViewChange], flat: list[ViewChange],
+                           at_last: dict[str, float], first: int, last: int, n_views: int) -> str:
     """The sentence that sums up the per-view RSA changes: which views rise, which do not, and which rises survive a
-    Bonferroni correction over the views (each entry of up/down/flat is (view, text, label, change))."""
+    Bonferroni correction over the views."""
     span = f"from epoch {first} (the first checkpoint) to {last}"  # what trained before the first checkpoint is not seen
     if not up:
         return f"So no view gains grid geometry detectably {span}."
 
-    def labels(entries: list) -> str:
-        names = [e[2] for e in entries]  # the labels hold commas: "; " between them, "and" before the last
+    def labels(entries: list[ViewChange]) -> str:
+        names = [e.label for e in entries]  # the labels hold commas: "; " between them, "and" before the last
         return names[0] if len(names) == 1 else "; ".join(names[:-1]) + " and " + names[-1]
 
     text = f"So {span} RSA rises in the {labels(up)} (uncorrected p < {ALPHA:g})"
@@ -266,10 +276,10 @@ def _trajectory_conclusion(up: list, down: list, flat: list, at_last: dict[str, 
     if down:
         text += f", and falls in the {labels(down)}"
     cut = ALPHA / max(n_views, 1)
-    held = [e for e in up if e[3]["t_p"] < cut]
+    held = [e for e in up if e.change["t_p"] < cut]
     text += (f". With a Bonferroni correction for the {n_views} views (p < {cut:.2g}) "
              + (f"the rise holds in the {labels(held)}." if held else "no rise holds."))
-    if any(e[0] != "raw" for e in up):
+    if any(e.view != "raw" for e in up):
         read_max = np.nanmax([v for k, v in at_last.items() if not k.startswith("raw")] or [math.nan])
         text += f" What the model reads stays modest in absolute terms (RSA at most {f3(read_max)} at epoch {last})."
     return text
@@ -294,18 +304,18 @@ def answer(ana_sigma: pd.DataFrame) -> str:
         n_small = max(n_small, ch["n"])
         at_last[lab] = a1
         item = f"{lab} {ch['diff']:+.3f} (p = {fp(ch['t_p'])})" if ch["n"] else f"{lab} n/a"
-        (up if _ok(ch["t_p"]) and ch["diff"] > 0 else down if _ok(ch["t_p"]) else flat).append((view, item, lab, ch))
+        (up if _ok(ch["t_p"]) and ch["diff"] > 0 else down if _ok(ch["t_p"]) else flat).append(ViewChange(view, item, lab, ch))
         parts.append(f"{lab}: {f3(a0)} → {f3(a1)} (σ ≥ 1.5 at epoch {last}: {f3(l_.rsa_spearman.mean())})")
     text = (f"RSA with the grid for σ ≤ 0.2, epoch {first} → epoch {last} (mean over {n_small} runs): " + "; ".join(parts)
             + f". Per-run change from epoch {first} to {last} with a paired t-test (not corrected for the "
             f"{len(parts)} views): ")
     said = []
     if up:
-        said.append("RSA rose for the " + ", ".join(e[1] for e in up))
+        said.append("RSA rose for the " + ", ".join(e.text for e in up))
     if down:
-        said.append("fell for the " + ", ".join(e[1] for e in down))
+        said.append("fell for the " + ", ".join(e.text for e in down))
     if flat:
-        said.append("did not change detectably for the " + ", ".join(e[1] for e in flat))
+        said.append("did not change detectably for the " + ", ".join(e.text for e in flat))
     text += "; ".join(said) + ". "
     text += _trajectory_conclusion(up, down, flat, at_last, first, last, len(parts))
     corr = []

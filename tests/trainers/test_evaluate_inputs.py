@@ -54,6 +54,8 @@ def _saved(tmp_path, payload: dict):
     (lambda c: c["ground_truth"].update(coords=torch.full((16, 2), float("nan"))), "NaN"),
     (lambda c: c.update(model=[1, 2]), "not a dict of tensors"),
     (lambda c: c["model"].update({5: torch.zeros(2)}), "has a weight keyed by the int 5, not a name"),  # was a traceback
+    (lambda c: c["model"].update({None: torch.zeros(2)}), "keyed by the NoneType None, not a name"),
+    (lambda c: c["model"].update({b"x" * 10**6: torch.zeros(2)}), "keyed by the bytes b'xxxxxxxx"),
 ])
 def test_edited_sizes_are_refused_before_the_model_is_built(tmp_path, monkeypatch, edit, needle):
     ckpt = _payload()
