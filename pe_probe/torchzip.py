@@ -67,21 +67,33 @@ class _PersistentIds(pickle.Unpickler):
 
 
 _PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")
+_PID_OPS = ("PERSID", "BINPERSID")
+# A torch pickle takes ~32 opcodes per storage (measured on a 5,000-tensor state_dict); more than this many per
+# storage, beyond a slack for configs and metrics, is not a plain state_dict (16 MiB of EMPTY_SET opcodes built
+# 3.9 GB of empty sets in the stub unpickler): such a pickle is left to torch's own reader
+MAX_OPS_PER_STORAGE = 100
+OPS_SLACK = 100_000
 
 
-def _memo_is_compact(data: bytes) -> bool:
-    """Whether every memo index the pickle stores under is below its number of opcodes, as in any pickle Python or
-    torch writes (indices count up from 0). CPython's unpickler sizes its memo by the largest index: a 14-byte
-    pickle storing under index 2^31 asked for 32 GB. Scanned with `pickletools.genops`, which builds nothing."""
+def _scan_is_plain(data: bytes) -> bool:
+    """Whether the pickle can go through the stub unpickler cheaply: every memo index it stores under is below its
+    number of opcodes, as in any pickle Python or torch writes (CPython's unpickler sizes its memo by the largest
+    index: a 14-byte pickle storing under 2^31 asked for 32 GB), and its opcodes stay within `MAX_OPS_PER_STORAGE`
+    per storage it names (plus `OPS_SLACK`), checked as it goes. Scanned with `pickletools.genops`, which builds
+    nothing."""
     import pickletools
 
-    n_ops = 0
+    n_ops = n_pids = 0
     largest = -1
     try:
         for op, arg, _ in pickletools.genops(data):
             n_ops += 1
             if op.name in _PUT_OPS:
                 largest = max(largest, int(arg))
+            elif op.name in _PID_OPS:
+                n_pids += 1
+            if n_ops > MAX_OPS_PER_STORAGE * n_pids + OPS_SLACK:
+                return False
     except Exception:  # noqa: BLE001 - not a pickle this scan can follow: torch's own reader judges it
         return False
     return largest < n_ops
@@ -112,12 +124,15 @@ def mmap_is_safe(path: Path) -> bool:
     from its claim (a truncated or edited file)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            pkl = [i for i in zf.infolist() if i.filename.endswith("data.pkl")]
+            names = [i.filename.lower() for i in zf.infolist()]
+            if len(set(names)) != len(names):  # torch's reader matches names ignoring case and takes the first:
+                return False  # with two "data/0" (or "data/A" and "data/a") it could read another record than checked
+            pkl = [i for i in zf.infolist() if i.filename.lower().endswith("data.pkl")]
             if len(pkl) != 1:
                 return False
             prefix = pkl[0].filename[: -len("data.pkl")]
             data = zf.read(pkl[0])  # its size is capped before (filechecks.check_torch_pickle)
-            if not _memo_is_compact(data):
+            if not _scan_is_plain(data):
                 return False
             reader = _PersistentIds(data)
             reader.load()
@@ -138,6 +153,8 @@ def mmap_is_safe(path: Path) -> bool:
             continue
         need = pid[4] * size
         if info.file_size != need:
+            shown = f"{need:,}" if 0 <= need < 10**24 else "an impossible number of"
             raise InputError(f"{show_path(path)}: its record {info.filename} holds {info.file_size:,} bytes but its "
-                             f"tensor's storage needs {need:,}: the file is truncated or edited; re-save or re-download it")
+                             f"tensor's storage needs {shown} bytes: the file is truncated or edited; re-save or "
+                             f"re-download it")
     return safe
