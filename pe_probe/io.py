@@ -552,6 +552,7 @@ def _torch_load(path: Path) -> Any:
                          ) from None
 
 
+_PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")
 # Pickles at the start of a legacy (non-zip) torch file: magic number, protocol, system info, the
 # object, storage keys; raw tensor bytes follow them.
 LEGACY_PICKLES = 5
@@ -582,10 +583,24 @@ def _pickle_has_code(path: Path) -> bool:
         if stream.tell() >= len(data):
             break
         pending: list[str] = []
+        memo: dict[int, str] = {}  # strings stored in the memo: protocol 4 fetches STACK_GLOBAL's module from it
+        memo_len, last = 0, None
         try:
             for op, arg, _ in pickletools.genops(stream):  # stops after this pickle's STOP
-                if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"):
-                    pending = (pending + [str(arg)])[-2:]
+                if op.name in _PUT_OPS or op.name == "MEMOIZE":
+                    index = memo_len if op.name == "MEMOIZE" else int(arg)
+                    memo_len = max(memo_len, index + 1)
+                    if last is not None:
+                        memo[index] = last
+                    continue
+                last = None
+                if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
+                               "SHORT_BINSTRING"):
+                    last = str(arg)
+                    pending = (pending + [last])[-2:]
+                elif op.name in ("GET", "BINGET", "LONG_BINGET") and int(arg) in memo:
+                    last = memo[int(arg)]
+                    pending = (pending + [last])[-2:]
                 elif op.name == "GLOBAL" or op.name == "STACK_GLOBAL":
                     name = (str(arg) if op.name == "GLOBAL" else " ".join(pending)).replace(" ", ".")
                     if allowed:

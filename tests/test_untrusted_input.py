@@ -594,3 +594,21 @@ def test_zip_names_that_torch_would_confuse_skip_the_memory_map(tmp_path, capsys
         res = pe_probe.analyze_source(str(twins), "line:16", n_perm=0, n_boot=0, n_null=0)
         assert np.abs(res.table).max() < 10  # the real values (randn), not header bytes read as floats
     capsys.readouterr()
+
+
+def test_a_protocol_4_torch_file_is_not_said_to_hold_code(tmp_path):
+    """Re-attack: protocol 4 fetches STACK_GLOBAL's module name from the memo, and the code scan paired the wrong
+    strings ('x_float16.HalfStorage'), so a torch file that torch itself cannot read was said to hold pickled code."""
+    from pe_probe.io import _pickle_has_code
+
+    torch.save({"wpe.weight": torch.randn(16, 8), "x": torch.zeros(3, dtype=torch.float16)}, tmp_path / "p4.pt",
+               pickle_protocol=4)
+    assert not _pickle_has_code(tmp_path / "p4.pt")
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"a": Evil()}, protocol=4))
+    assert _pickle_has_code(tmp_path / "evil.pkl")  # still found through the memo
