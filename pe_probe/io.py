@@ -34,7 +34,7 @@ from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_re
 from pe_probe.errors import first_line as _first_line
 from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
 from pe_probe.torchfile import read_torch_file, torch_file_reason
-from pe_probe.torchzip import mmap_is_safe
+from pe_probe.torchzip import PUT_OPS, mmap_is_safe
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
 from pe_probe.validation import check_fits_in_memory, check_magnitude, check_tensor_bytes, parse_layer
 
@@ -552,7 +552,6 @@ def _torch_load(path: Path) -> Any:
                          ) from None
 
 
-_PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")
 # Pickles at the start of a legacy (non-zip) torch file: magic number, protocol, system info, the
 # object, storage keys; raw tensor bytes follow them.
 LEGACY_PICKLES = 5
@@ -587,7 +586,7 @@ def _pickle_has_code(path: Path) -> bool:
         memo_len, last = 0, None
         try:
             for op, arg, _ in pickletools.genops(stream):  # stops after this pickle's STOP
-                if op.name in _PUT_OPS or op.name == "MEMOIZE":
+                if op.name in PUT_OPS or op.name == "MEMOIZE":
                     index = memo_len if op.name == "MEMOIZE" else int(arg)
                     memo_len = max(memo_len, index + 1)
                     if last is not None:

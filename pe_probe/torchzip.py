@@ -66,7 +66,7 @@ class _PersistentIds(pickle.Unpickler):
         return _Stub()
 
 
-_PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")
+PUT_OPS = ("PUT", "BINPUT", "LONG_BINPUT")  # the opcodes that store into the memo at an index
 _PID_OPS = ("PERSID", "BINPERSID")
 # A torch pickle takes ~32 opcodes per storage (measured on a 5,000-tensor state_dict); more than this many per
 # storage, beyond a slack for configs and metrics, is not a plain state_dict (16 MiB of EMPTY_SET opcodes built
@@ -88,7 +88,7 @@ def _scan_is_plain(data: bytes) -> bool:
     try:
         for op, arg, _ in pickletools.genops(data):
             n_ops += 1
-            if op.name in _PUT_OPS:
+            if op.name in PUT_OPS:
                 largest = max(largest, int(arg))
             elif op.name in _PID_OPS:
                 n_pids += 1
