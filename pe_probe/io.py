@@ -261,7 +261,7 @@ def load_table(
     n_layers = len(names)
     chosen, layer_out = _choose_layer(names, layer, shown)
     if param is None and not meta["raw"] and not meta.get("pe_params"):
-        others = _other_pe_looking(store, names)
+        others = _other_pe_looking(candidates, names)
         if others:
             notes.append(f"also holds {_listing(others)}, which look like PE tables too; analysing "
                          f"{show_path(names[0]) if n_layers == 1 else 'the per-layer tables'} "
@@ -831,12 +831,11 @@ def _find_pe(store: _Store, meta: dict[str, Any], src: str = "source") -> list[s
 _LAYER_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")  # a dotted part that is a number: a layer index
 
 
-def _other_pe_looking(store: _Store, picked: list[str]) -> list[str]:
-    """Float tables (>= 2 dims) besides ``picked`` whose names look like absolute PE tables: the automatic pick
-    is named beside them (timm MAE's encoder ``pos_embed`` next to ``decoder_pos_embed``)."""
-    return [n for n in store.shapes
-            if n not in picked and store.kinds[n] == "f" and len(store.shapes[n]) >= 2
-            and (_well_known(n) or _pe_looking(n)) and not _NOT_ABSOLUTE.search(n)]
+def _other_pe_looking(candidates: list[str], picked: list[str]) -> list[str]:
+    """Of the float tables ``candidates`` (`_candidates`), those besides ``picked`` whose names look like absolute PE
+    tables: the automatic pick is named beside them (timm MAE's encoder ``pos_embed`` next to ``decoder_pos_embed``)."""
+    return [n for n in candidates
+            if n not in picked and (_well_known(n) or _pe_looking(n)) and not _NOT_ABSOLUTE.search(n)]
 
 
 def _layer_order(names: list[str], src: str) -> list[str]:
@@ -1254,8 +1253,8 @@ def plain_meta(value: Any, what: str, where: str) -> Any:
 
     visit = walk_budget(where, what)
 
-    def plain(v: Any, depth: int, path: tuple[int, ...] = ()) -> Any:
-        if depth > MAX_META_DEPTH:
+    def plain(v: Any, path: tuple[int, ...] = ()) -> Any:  # path: the ids of the containers above v
+        if len(path) > MAX_META_DEPTH:
             raise InputError(f"{where}: its {what} is nested deeper than {MAX_META_DEPTH} levels, which no real config "
                              f"has; re-save it with a plain {what}")
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -1266,9 +1265,9 @@ def plain_meta(value: Any, what: str, where: str) -> Any:
                 raise InputError(f"{where}: its {what} contains itself; re-save it with a plain {what}")
             inner = (*path, id(v))
             if isinstance(v, dict):
-                return {str(k): plain(x, depth + 1, inner) for k, x in v.items()}
+                return {str(k): plain(x, inner) for k, x in v.items()}
             items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
-            return [plain(x, depth + 1, inner) for x in items]
+            return [plain(x, inner) for x in items]
         if isinstance(v, torch.Tensor):
             dtype = str(v.dtype).replace("torch.", "")
             if v.is_nested or v.layout != torch.strided or v.is_meta or v.numel() > 10_000:
@@ -1276,14 +1275,14 @@ def plain_meta(value: Any, what: str, where: str) -> Any:
             t = v.detach().cpu()
             if t.is_complex():
                 return str(t.resolve_conj().tolist())
-            return plain((t.double() if t.is_floating_point() else t).tolist(), depth)  # float8/bf16 have no tolist
+            return plain((t.double() if t.is_floating_point() else t).tolist(), path)  # float8/bf16 have no tolist
         if isinstance(v, np.generic):
-            return plain(v.item(), depth)
+            return plain(v.item(), path)
         if isinstance(v, bytes):
             return v.decode("utf-8", "backslashreplace")
         return str(v)  # complex, torch.Size, dtypes, anything else the safe loader allows
 
-    return plain(value, 0)
+    return plain(value)
 
 
 # safetensors dtypes pe-probe reads: through numpy, or through torch (widened to float32). Others (F4, F6_E2M3,
