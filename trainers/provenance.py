@@ -5,7 +5,7 @@ arithmetic of a version (kernels, summation order, bf16) changes single runs at 
 points (`reports/benchmarks/precision.md`), so reports say which code produced their runs. Each line
 holds the time, the git commit of this checkout (and whether trainer or core files had uncommitted
 changes), the package, torch and Python versions, the machine (`machine_facts`: CPU model, logical CPUs, the
-instruction set of torch's CPU kernels, the GPU), the device and the speed options used.
+instruction set of torch's CPU kernels, its bf16 units, the GPU), the device and the speed options used.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ PROVENANCE_FILE = "provenance.jsonl"
 # provenance.jsonl keys that describe the training machine, with their labels (hostname / platform: if recorded;
 # cpu .. gpu: `machine_facts`, recorded since 2026-12-03)
 HARDWARE_KEYS = (("hostname", "host"), ("platform", "platform"), ("cpu", "CPU"), ("logical_cpus", "logical CPUs"),
-                 ("cpu_kernels", "torch CPU kernels"), ("gpu", "GPU"), ("device", "device"), ("torch", "torch"),
+                 ("cpu_kernels", "torch CPU kernels"), ("cpu_bf16", "CPU bf16 units"), ("gpu", "GPU"), ("device", "device"), ("torch", "torch"),
                  ("python", "Python"), ("torch_threads", "torch threads per process"))
 MACHINE_KEYS = ("hostname", "platform", "cpu", "gpu")
 _REPO = Path(__file__).resolve().parents[1]
@@ -61,14 +61,34 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# /proc/cpuinfo flags of the units that run bf16 matrix products, fastest first: oneDNN sends torch's bf16
+# GEMMs to AMX tiles where the CPU has them, else to AVX512-BF16
+# dot products; without either, bf16 is emulated and slower than float32 (README, benchmarks)
+_BF16_FLAGS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"))
+
+
+def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """'AMX', 'AVX512-BF16' or 'none': the CPU's native bf16 matrix units (what ``--bf16`` on the CPU runs on);
+    'unknown' where ``/proc/cpuinfo`` cannot be read."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return "unknown"
+    if flags is None:
+        return "unknown"
+    return next((name for flag, name in _BF16_FLAGS if flag in flags), "none")
+
+
 def machine_facts(device: str | None = None) -> dict[str, Any]:
     """What in the machine shapes a run's arithmetic: CPU model, logical CPUs, and the instruction set of
     torch's CPU kernels (AVX2, AVX512, ...), which sets their summation order: the same code and seed train
-    to other numbers on an AVX2 and an AVX-512 CPU (README, the LST sweep). On a CUDA ``device``, the GPU too."""
+    to other numbers on an AVX2 and an AVX-512 CPU (README, the LST sweep); and its native bf16 units
+    (`cpu_bf16_units`), which run ``--bf16``. On a CUDA ``device``, the GPU too."""
     import torch
 
     facts: dict[str, Any] = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
-                             "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
+                             "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "cpu_bf16": cpu_bf16_units()}
     if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name(torch.device(str(device)))
     return facts

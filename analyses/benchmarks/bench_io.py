@@ -37,15 +37,15 @@ def device_suffix(device) -> str:
 
 
 def machine(device) -> str:
-    """CPU model, core count, torch version, threads and CPU kernels (and the GPU on CUDA): a report's machine line."""
+    """CPU model, core count, torch version, threads, CPU kernels and bf16 units (and the GPU on CUDA): a report's machine line."""
     import torch
 
-    from trainers.provenance import cpu_model
+    from trainers.provenance import cpu_bf16_units, cpu_model
 
     s = f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads"
     # the instruction set of torch's CPU kernels (AVX2, AVX512, ...): it sets their summation order, so two CPUs
     # of one model name in a virtual machine can still train to different floating-point results
-    s += f", {torch.backends.cpu.get_cpu_capability()} kernels"
+    s += f", {torch.backends.cpu.get_cpu_capability()} kernels, bf16 units: {cpu_bf16_units()}"
     if device.type == "cuda":
         s += f", GPU {torch.cuda.get_device_name(0)}"
     return s

@@ -119,3 +119,22 @@ def test_describe_hardware_counts_differing_machines_and_runs_that_predate_the_r
     assert describe_hardware([run("f", avx2, {**avx2, "cpu_kernels": "AVX512"})]).startswith(
         "CPU AMD EPYC; torch CPU kernels AVX2 then AVX512")
     assert describe_hardware([dirs[-1]]) == "not recorded (none of the 1 runs has a provenance.jsonl)"
+
+
+def test_the_bf16_units_are_read_from_the_cpu_flags_fastest_first(tmp_path):
+    from trainers.provenance import cpu_bf16_units
+
+    def cpuinfo(flags):
+        p = tmp_path / "cpuinfo"
+        p.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+        return str(p)
+
+    assert cpu_bf16_units(cpuinfo("fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile")) == "AMX"
+    assert cpu_bf16_units(cpuinfo("fpu avx2 avx512f avx512_bf16")) == "AVX512-BF16"
+    assert cpu_bf16_units(cpuinfo("fpu avx2 avx512f avx512bw")) == "none"  # avx512bw is not a bf16 unit
+    assert cpu_bf16_units(str(tmp_path / "absent")) == "unknown"
+    no_flags = tmp_path / "arm"
+    no_flags.write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert cpu_bf16_units(str(no_flags)) == "unknown"
+    record_session(tmp_path, device="cpu")
+    assert read_sessions(tmp_path)[0]["cpu_bf16"] == cpu_bf16_units()  # each session line records them
