@@ -352,14 +352,23 @@ def main(argv: list[str] | None = None) -> int:
             runner.terminate()
         sys.exit(130)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    t0 = time.time()
-    for s in todo:
-        runner.submit(s, run_dir(s))
-    results = runner.wait()
-    if hasattr(runner, "close"):
-        runner.close()
+    # the sweep's own handlers while it trains, the caller's back afterwards (main() called from Python, tests);
+    # a signal the caller ignores (nohup, `cmd &` in a script) stays ignored, as the Ctrl-C guard of analyze does
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, stop)
+    try:
+        t0 = time.time()
+        for s in todo:
+            runner.submit(s, run_dir(s))
+        results = runner.wait()
+        if hasattr(runner, "close"):
+            runner.close()
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(sig, handler)
     failed = [r.name for r in results if r.returncode != 0]
     log(f"sweep done in {time.time() - t0:.0f} s: {len(results) - len(failed)} trained, {len(failed)} failed"
         + (f" ({', '.join(failed)})" if failed else ""))

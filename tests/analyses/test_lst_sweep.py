@@ -249,9 +249,37 @@ def test_sweep_submits_only_unfinished_runs(tmp_path, monkeypatch):
     args = ["--root", str(tmp_path), "--sigmas", "0.1,2.0", "--seeds", "1", "--epochs", "3", "--groups", "sigma"]
     _fake_last(tmp_path / "learned-every-s0.1-seed0", 3)  # finished
     _fake_last(tmp_path / "learned-every-s2-seed0", 1)  # interrupted
+    import signal
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     assert S.main(args) == 0
     assert submitted == ["learned-every-s2-seed0", "sin2d-seed0"]
     assert json.loads((tmp_path / "grid.json").read_text())["preset"] == "quick"
+    # the sweep's stop handlers are gone once it returns: the caller's are back
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_a_sweep_started_with_sigint_ignored_leaves_it_ignored(tmp_path, monkeypatch):
+    import signal
+
+    seen = {}
+
+    class FakeRunner(R.Runner):
+        def submit(self, spec, out_dir):
+            seen[spec.name] = signal.getsignal(signal.SIGINT)
+
+        def wait(self):
+            return [R.RunResult(n, "", 0, 0.0) for n in seen]
+
+    monkeypatch.setattr(S, "make_runner", lambda backend, workers, log=None, speed=None: FakeRunner())
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or `sweep &` in a script
+    try:
+        assert S.main(["--root", str(tmp_path), "--sigmas", "0.1", "--seeds", "1", "--epochs", "1",
+                       "--groups", "sigma"]) == 0
+        assert seen and all(h is signal.SIG_IGN for h in seen.values())  # not replaced while training
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _sha(p: Path) -> str:
