@@ -277,7 +277,7 @@ def parser() -> argparse.ArgumentParser:
                         "as another summation order gives; 0: bit-identical)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance per number (default: 0, exact)")
     p.add_argument("--out", type=Path, default=None, metavar="FILE",
-                   help="also write the summary (markdown) to FILE")
+                   help="also write the summary (markdown) to FILE (replaced if it exists, as `-o FILE` of a compiler)")
     return p
 
 

@@ -82,6 +82,12 @@ def show_path(path: str | os.PathLike) -> str:
     return repr(text) if any(unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") for c in text) else text
 
 
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in "..." when cut: a value quoted in a one-line message
+    (a malformed CSV cell, a weight's odd key) stays readable however long the input was."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def utf8_name(path: str | os.PathLike) -> bool:
     """Whether a path's name is UTF-8: bytes that are not are kept by Python as surrogates, which torch's C++
     file reader and the reports' UTF-8 files cannot take."""

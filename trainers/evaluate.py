@@ -217,14 +217,13 @@ def check_weight_sizes(cfg: Any, state: Any, path: Any, n_in: int = 5) -> None:
     """Refuse a config whose sizes (d_model, layers, MLP width; ``n_in`` input features a token) differ from
     the stored weights' shapes, before the model is built: building the config's model is what would cost
     the memory."""
-    from pe_probe.errors import InputError, show_path
+    from pe_probe.errors import InputError, shorten, show_path
 
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise InputError(f"{path}: its 'model' is not a dict of tensors; {_EDITED}")
     odd_keys = [k for k in state if not isinstance(k, str)]  # a model's weights are named by strings (None too)
     if odd_keys:
-        shown = repr(odd_keys[0])
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        shown = shorten(repr(odd_keys[0]), 60)
         raise InputError(f"{path}: its 'model' has a weight keyed by the {type(odd_keys[0]).__name__} {shown}, not a "
                          f"name, which no model of ours holds; {_EDITED}")
     ragged = next((k for k, v in state.items() if v.is_nested), None)  # has no shape: t.shape raises

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pe_probe.errors import InputError
+from pe_probe.errors import InputError, shorten
 from pe_probe.filechecks import check_not_special
 from trainers.tasks.lst_puzzles import (
     LEVELS,
@@ -49,8 +49,8 @@ COLUMNS = ("puzzles", "solutions", "condition")
 _DIGITS = re.compile(r"[0-5]{16}")
 
 
-def _short(s: str, n: int = 24) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
+def _short(s: str) -> str:
+    return shorten(s, 24)
 
 
 def _parse_puzzle(raw: str, where: str) -> np.ndarray:
