@@ -240,7 +240,8 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
         h = torch.cat([P["cls"].expand(K, B, 1, -1), h], dim=2)  # (K, B, 1 + N, d)
     if base.pe is not None and "pe.table" in P:
         h = add_pe(h, P["pe.table"])
-    h = drop(h)
+    if not base.blocks or base.blocks[0].pe is None:  # as `PETransformer.forward`: block 0 drops out its own input
+        h = drop(h)
     T, C = h.shape[2], h.shape[3]
     nh, hs = cfg.n_heads, C // cfg.n_heads
     readout = 0 if base.cls is not None else T - 1

@@ -34,7 +34,8 @@ class MaskedPETransformer(nn.Module):
         h = self.embed(x)  # (B, N, d)
         if self.pe is not None:
             h = self.pe(h)
-        h = self.drop(h)
+        if not self.blocks or self.blocks[0].pe is None:  # a table at every layer: block 0 adds it, then drops out
+            h = self.drop(h)
         for block in self.blocks:
             h = block(h)
         return self.head(self.ln_f(h))  # (B, N, n_out)

@@ -275,7 +275,8 @@ class PETransformer(nn.Module):
             h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)  # (B, 1 + N, d)
         if self.pe is not None:
             h = self.pe(h)
-        h = self.drop(h)
+        if not self.blocks or self.blocks[0].pe is None:  # a table at every layer: block 0 adds it, then drops out
+            h = self.drop(h)  # (the embedding is dropped out once either way)
         readout = 0 if self.cls is not None else h.shape[1] - 1
         for i, block in enumerate(self.blocks):
             last = readout_only and i == len(self.blocks) - 1

@@ -116,6 +116,24 @@ def test_dropout_acts_in_train_mode_only():
     assert torch.equal(m(x), m(x))
 
 
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_dropout_hits_the_embedding_once_whether_the_table_is_at_the_input_or_at_every_layer(every_layer):
+    """The first block's attention input is embedding + table after one dropout: with p = 0.5 about half of it is
+    zeroed, not three quarters (a second dropout at block 0 once zeroed 0.749 of it with a table at every layer)."""
+    m = tiny("learned", every_layer=every_layer, dropout=0.5, n_layers=1).train()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("pe.table"):
+                p.zero_()  # the table adds nothing: only dropout can zero an entry
+    seen = []
+    m.blocks[0].attn.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach().clone()))  # post-LN
+    torch.manual_seed(3)
+    x = torch.ones(64, 16, 5)
+    m(x)
+    zeroed = float((seen[0] == 0).float().mean())
+    assert 0.45 < zeroed < 0.55, zeroed
+
+
 def test_study_sized_model_shapes():
     m = PETransformer(ModelConfig(), PEConfig(kind="learned", every_layer=True), coords_for("learned"))
     assert len(m.blocks) == 4 and m.blocks[0].mlp.fc.out_features == 640
