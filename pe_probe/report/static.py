@@ -126,10 +126,11 @@ def shepard_figure(frame, metrics: dict, pe_metric: str = "euclidean"):
         fig.legend(loc="outside upper center", ncols=2, frameon=False, handlelength=1.2)
     ax.set_xlabel("true distance")
     ax.set_ylabel(f"PE distance ({pe_metric})")
-    ax.text(0.98, 0.03, rsa_caption(metrics), transform=ax.transAxes, va="bottom", ha="right", fontsize=7,
-            bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.8", "alpha": 0.85})
+    # the RSA caption above the axes, not in a corner box, which hid the pairs under it
+    caption = rsa_caption(metrics)
     if bool(frame["subsampled"].iloc[0]) if len(frame) else False:
-        ax.set_title(f"{len(frame):,} random pairs shown", fontsize=7)
+        caption += f"\n{len(frame):,} random pairs shown"
+    ax.set_title(caption, fontsize=7, loc="left")
     return fig
 
 
@@ -229,7 +230,7 @@ def pc_grid_figure(frame):
         sub = frame[frame["component"] == c]
         m = sub.pivot(index="row", columns="col", values="score").to_numpy()
         lim = np.nanmax(np.abs(m)) or 1.0
-        ax.imshow(m, cmap="PuOr", vmin=-lim, vmax=lim, interpolation="nearest")
+        ax.imshow(m, cmap="PuOr_r", vmin=-lim, vmax=lim, interpolation="nearest")  # _r: purple low, orange high
         ax.set_title(f"PC{c} ({100 * sub['explained'].iloc[0]:.0f}%)")
         ax.set_xticks([])
         ax.set_yticks([])

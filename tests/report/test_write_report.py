@@ -160,3 +160,35 @@ def test_a_views_page_says_what_matrix_it_analysed(sinusoid_result, tmp_path):
     prov = dict(sinusoid_result.provenance, view={"view": "kernel", "param": "x"})
     page = write_index(dataclasses.replace(sinusoid_result, provenance=prov), tmp_path / "k", [], interactive=False).read_text()
     assert "<p>View <code>kernel</code>: the positional attention kernel" in page and "refer to that matrix" in page
+
+
+def test_the_pc_grid_caption_names_the_colours_the_map_draws(sinusoid_result):
+    """The title says purple = negative, orange = positive; the colour map must draw them so (PuOr alone runs the
+    other way: a figure QA found the most negative sin2d scores drawn orange)."""
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report import frames as fr
+    from pe_probe.report.static import pc_grid_figure
+
+    pcs = fr.pc_grid_frame(sinusoid_result)
+    fig = pc_grid_figure(pcs)
+    assert "purple = negative score, orange = positive" in fig._suptitle.get_text()
+    image = fig.axes[0].images[0]
+    low, high = image.cmap(image.norm(image.norm.vmin)), image.cmap(image.norm(image.norm.vmax))
+    assert low[2] > low[0] and low[1] < 0.2  # purple: more blue than red, little green
+    assert high[0] > high[2] and high[1] > 0.2  # orange: more red than blue
+    plt.close(fig)
+
+
+def test_the_shepard_caption_sits_above_the_axes_not_over_the_pairs(sinusoid_result):
+    """The RSA caption in a corner box hid pairs under it (26 of 2,016 in the committed random-8x8 figure)."""
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report import frames as fr
+    from pe_probe.report.static import shepard_figure
+
+    fig = shepard_figure(fr.shepard_frame(sinusoid_result), sinusoid_result.metrics)
+    ax = fig.axes[0]
+    assert not ax.texts  # nothing drawn inside the axes
+    assert ax.get_title(loc="left").startswith("Spearman ρ")
+    plt.close(fig)
