@@ -57,14 +57,15 @@ def pe_vs_fc(table: np.ndarray, fc: np.ndarray, coords: np.ndarray) -> dict[str,
 
 
 def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) -> None:
-    """True centres vs Procrustes-aligned 3D SMACOF recovery, in three anatomical projections."""
+    """True centres vs Procrustes-aligned 3D SMACOF recovery, in three anatomical projections. The sagittal panel
+    draws anterior to the right, as the subject is seen from its right side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     views = [((0, 1), "axial (from above)", "x: left -> right", "y: posterior -> anterior"),
-             ((1, 2), "sagittal (from the left)", "y: posterior -> anterior", "z: inferior -> superior"),
+             ((1, 2), "sagittal (from the right)", "y: posterior -> anterior", "z: inferior -> superior"),
              ((0, 2), "coronal (from behind)", "x: left -> right", "z: inferior -> superior")]
     fig, axes = plt.subplots(len(results), 3, figsize=(9, 3.0 * len(results)), constrained_layout=True, squeeze=False)
     left = np.array([n.endswith("_L") for n in names])
