@@ -1,0 +1,59 @@
+"""analyses.lst.data_check: where the target cell sits in the LST splits, and how many cells are given."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analyses.lst import data_check as DC
+from trainers.tasks.lst_generate import make_splits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_per_cell_counts_and_shares_match_a_direct_count():
+    counts, givens, summary = DC.split_tables(seed=3, n_per_level=300, min_jaccard=0.8)
+    splits = make_splits(n_per_level=300, min_jaccard=0.8, seed=3)
+    for name, s in splits.items():
+        cells = [int(np.flatnonzero(p == 5)[0]) for p in s.puzzles]  # brute force, one puzzle at a time
+        assert counts[name].tolist() == np.bincount(cells, minlength=16).tolist()
+    share = counts.train / counts.train.sum()
+    ood_cells = [int(np.flatnonzero(p == 5)[0]) for p in splits["ood"].puzzles]
+    assert summary["train_share_of_ood_target_cell"] == pytest.approx(np.mean([share[c] for c in ood_cells]))
+    assert summary["spearman_train_vs_ood_counts"] == pytest.approx(stats.spearmanr(counts.train, counts.ood).statistic)
+    row = givens[(givens.split == "ood") & (givens.level == "Binary")].iloc[0]
+    ood = splits["ood"]
+    binary = ood.puzzles[ood.levels == 0]
+    assert row.mean_givens == pytest.approx(((binary > 0) & (binary < 5)).sum(1).mean())
+
+
+def test_the_filter_moves_training_targets_away_from_the_ood_targets_cells():
+    """The Jaccard sets include the target marker, so the filter rejects more candidates whose target sits where
+    OOD targets sit. This asserts the shift the report documents: it fails once the splits no longer have it."""
+    _, _, summary = DC.split_tables(seed=0, n_per_level=600, min_jaccard=0.8)
+    assert summary["spearman_train_vs_ood_counts"] < -0.5
+    assert summary["train_share_of_ood_target_cell"] < summary["uniform_share"] < summary["train_share_of_test_target_cell"]
+
+
+def test_the_report_and_its_tables_are_written(tmp_path):
+    out = tmp_path / "lst-data"
+    assert DC.main(["--seeds", "0,1", "--n-per-level", "120", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"README.md", "target_cells.csv", "givens.csv", "summary.csv"}
+    assert len(pd.read_csv(out / "target_cells.csv")) == 32 and len(pd.read_csv(out / "summary.csv")) == 2
+    assert "Spearman ρ, training vs OOD target count" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("argv,needle", [(["--seeds", "a"], "--seeds"), (["--seeds", "-1"], "--seeds"),
+                                         (["--n-per-level", "2"], "--n-per-level")])
+def test_bad_options_are_one_line_errors_and_nothing_is_written(tmp_path, argv, needle):
+    out = tmp_path / "o"
+    res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", *argv, "--out", str(out)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not out.exists()
