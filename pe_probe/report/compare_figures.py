@@ -112,6 +112,14 @@ def _grid(n_panels: int, ncols: int = 3, panel_h: float = 1.9):
     return fig, axes.ravel()[:n_panels]
 
 
+def spans_decades(values) -> bool:
+    """Whether positive values spread over more than a factor of 10 (three distinct values at least): a σ grid
+    0.01 ... 2 on a linear axis bunches its small σ, where the study's effect lives, against the spine."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return len(np.unique(v)) >= 3 and v.min() > 0 and v.max() / v.min() > 10
+
+
 def metrics_vs_by_figure(summary, frame, by: str, metrics: Sequence[str]):
     """One panel per metric: individual models (dots) and mean with 95% CI at each value of ``by``."""
     numeric = is_numeric(frame[by])
@@ -134,7 +142,11 @@ def metrics_vs_by_figure(summary, frame, by: str, metrics: Sequence[str]):
                     label="mean ± 95% CI", zorder=2, alpha=0.9)
         rho, p, n = spearman(pts[by], pts[metric]) if numeric else (math.nan, math.nan, len(pts))
         ax.set_title(f"{metric}" + (f"\nSpearman ρ = {rho:.2f} (n = {n})" if np.isfinite(rho) else ""))
-        ax.set_xlabel(by)
+        if numeric and spans_decades(xp):
+            ax.set_xscale("log")
+            ax.set_xlabel(f"{by} (log scale)")
+        else:
+            ax.set_xlabel(by)
         if not numeric:
             ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=30, ha="right")
     handles, labels = axes[0].get_legend_handles_labels()

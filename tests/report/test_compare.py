@@ -510,3 +510,22 @@ def test_an_empty_by_is_refused_before_any_work(noise_sweep, tmp_path):
     with pytest.raises(InputError, match="--by is empty; give a dotted config key"):
         compare(noise_sweep[:2], tmp_path / "o", by=" ", analyze_kwargs=FAST, progress=False)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("sigmas,scale", [([0.01, 0.05, 0.1, 0.5, 1.0, 2.0], "log"), ([0.5, 1.0, 2.0], "linear"),
+                                          ([0.0, 0.1, 2.0], "linear"), ([0.1, 2.0], "linear")])
+def test_a_sigma_grid_over_decades_gets_a_log_axis(sigmas, scale):
+    """σ from 0.01 to 2 on a linear axis put the small σ on the spine (figure QA); zero or two values stay linear."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pe_probe.report.compare_figures import metrics_vs_by_figure, summary_frame
+
+    frame = pd.DataFrame({"pe.init_std": [s for s in sigmas for _ in range(2)],
+                          "rsa_spearman": np.linspace(0.1, 0.9, 2 * len(sigmas))})
+    fig = metrics_vs_by_figure(summary_frame(frame, "pe.init_std", ["rsa_spearman"]), frame, "pe.init_std",
+                               ["rsa_spearman"])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == scale
+    assert ax.get_xlabel() == ("pe.init_std (log scale)" if scale == "log" else "pe.init_std")
+    plt.close(fig)
