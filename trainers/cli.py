@@ -373,8 +373,9 @@ def train_main(argv: list[str]) -> int:
 
 def note_ignored_init(args: argparse.Namespace, pe: Any) -> None:
     """Say on stderr when --pe-init / --pe-init-std were given for a PE that ignores them: the config records the
-    defaults instead (`trainers.config.reset_ignored_init`), so the flags change nothing, not even the run's record."""
-    from trainers.pe import TABLE_INIT_KINDS, init_matters
+    defaults instead (`trainers.config.reset_ignored_init`), so the flags change nothing, not even the run's record.
+    Likewise for --(no-)pe-every-layer with a PE that adds no table (none, relative, RoPE), which the config keeps."""
+    from trainers.pe import TABLE_INIT_KINDS, init_matters, pe_class
 
     ignored = [flag for flag, given, used in (("--pe-init", args.pe_init, pe.kind in TABLE_INIT_KINDS),
                                               ("--pe-init-std", args.pe_init_std, init_matters(pe.kind, pe.init)))
@@ -383,6 +384,12 @@ def note_ignored_init(args: argparse.Namespace, pe: Any) -> None:
         what = f"--pe {pe.kind}" if pe.kind not in TABLE_INIT_KINDS else f"--pe-init {pe.init}"
         sys.stderr.write(f"pe-probe: {what} ignores {' and '.join(ignored)}; the run records the default "
                          f"(init {pe.init}, sigma {pe.init_std:g}), so the same command without them resumes it\n")
+    placed = getattr(args, "pe_every_layer", None)
+    if placed is not None and pe_class(pe.kind).placement != "input":
+        # unlike the init settings, the config keeps what was asked (runs trained before would no longer resume)
+        flag = "--pe-every-layer" if placed else "--no-pe-every-layer"
+        sys.stderr.write(f"pe-probe: --pe {pe.kind} adds no table to the layers' inputs, so {flag} changes nothing in "
+                         f"the model; the run's config still records it, so resume with the same flag\n")
 
 
 @contextlib.contextmanager

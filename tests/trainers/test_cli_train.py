@@ -494,6 +494,20 @@ def test_a_run_asked_with_an_ignored_sigma_says_so_and_a_plain_command_resumes_i
     assert "ignores" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("pe,flag,said", [("rope1d", "--no-pe-every-layer", True), ("none", "--pe-every-layer", True),
+                                          ("relative", "--no-pe-every-layer", True), ("sin2d", "--no-pe-every-layer", False),
+                                          ("rope1d", None, False)])
+def test_a_placement_flag_for_a_pe_that_adds_no_table_says_it_changes_nothing(tmp_path, capsys, pe, flag, said):
+    """rope/relative/none runs with and without --no-pe-every-layer trained to bit-identical weights with configs
+    that differ (trainer review): the flag is now named as changing nothing, and the record as kept."""
+    out = str(tmp_path / "run")
+    assert train_main(["lst", *TINY, "--pe", pe, *([flag] if flag else []), "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert ("changes nothing in the model" in err) == said
+    if said:
+        assert f"pe-probe: --pe {pe} adds no table to the layers' inputs, so {flag} changes nothing" in err
+
+
 def test_a_resume_without_its_metrics_log_says_the_log_restarts(tmp_path):
     """A deleted metrics.jsonl made a resume restart the log silently: 15 of 28 lines were left, epochs 5-42 gone."""
     from trainers.train import _trim_metrics
