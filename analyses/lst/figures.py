@@ -39,10 +39,14 @@ def pyplot() -> ModuleType:
 OKABE = tuple(OKABE_ITO[i] for i in (4, 0, 2, 5, 6, 1, 3, 7))  # the palette, blue first, as the figures use it
 
 
-def save_figure(fig: Figure, df: pd.DataFrame, out: Path, name: str) -> str:
-    """``out/NAME.png`` and the data it shows as ``out/NAME.csv``; closes the figure and returns ``name``."""
+def save_figure(fig: Figure, df: pd.DataFrame, out: Path, name: str, runs: pd.DataFrame | None = None) -> str:
+    """``out/NAME.png`` and the data it shows as ``out/NAME.csv``; closes the figure and returns ``name``.
+    ``runs``: the single runs the figure draws as dots, written as ``out/NAME_runs.csv`` (the summary CSV holds
+    only the means and intervals, so the dots could not be re-plotted from it)."""
     fig.savefig(out / f"{name}.png", dpi=110)
     df.to_csv(out / f"{name}.csv", index=False)
+    if runs is not None:
+        runs.to_csv(out / f"{name}_runs.csv", index=False)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -108,7 +112,8 @@ def _accuracy_vs_sigma(sr: pd.DataFrame, series: tuple[tuple[str, str, str], ...
     ax.set_ylim(0, 1.02)
     ax.legend(frameon=False, title=legend_title)
     ax.set_title(title)
-    return save_figure(fig, summ, out, name)
+    ids = [c for c in ("run", "sigma", "seed") if c in sr.columns]
+    return save_figure(fig, summ, out, name, runs=sr[ids + [col for col, _, _ in series if col in sr.columns]])
 
 
 def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
@@ -121,7 +126,7 @@ def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
     views = [v for v in VIEWS if not view_rows(ana_sigma, v[0], v[1]).empty]
     if not views:
         return None
-    frames = []
+    frames, dots = [], []
     fig, axes = plt.subplots(len(metrics), len(views), figsize=(1.45 * len(views), 1.3 * len(metrics) + 0.4),
                              squeeze=False, sharex=True)
     for i, (mkey, mlab, ylim) in enumerate(metrics):
@@ -135,6 +140,11 @@ def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
                 summ.insert(1, "metric", mkey)
                 frames.append(summ.rename(columns={f"{mkey}_mean": "mean", f"{mkey}_ci_low": "ci_low",
                                                    f"{mkey}_ci_high": "ci_high"}))
+                ids = [c for c in ("run", "sigma", "seed") if c in d.columns]
+                dots.append(d[ids + [mkey]].rename(columns={mkey: "value"}).assign(view=f"{view}:{layer}", metric=mkey))
+            else:  # e.g. no shape distance for attention maps: say so rather than leave the panel blank
+                ax.text(0.5, 0.5, "not computed\nfor this view", transform=ax.transAxes, ha="center", va="center",
+                        fontsize=6, color="0.4")
             if mkey == "rsa_spearman":
                 ax.axhline(0, color="grey", lw=0.5, ls=":")
             ax.set_ylim(*ylim)
@@ -149,7 +159,8 @@ def fig_identifiability(ana_sigma: pd.DataFrame, out: Path) -> str | None:
     fig.suptitle("Identifiability of the 4x4 grid vs σ, per view (last checkpoint; mean, 95% CI band, seeds as dots)",
                  fontsize=8, y=1.02)
     fig.tight_layout()
-    return save_figure(fig, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), out, "identifiability_vs_sigma")
+    return save_figure(fig, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), out, "identifiability_vs_sigma",
+                       runs=pd.concat(dots, ignore_index=True) if dots else pd.DataFrame())
 
 
 def fig_ident_vs_gen(ana_sigma: pd.DataFrame, out: Path) -> str | None:

@@ -313,6 +313,16 @@ def test_written_report_labels_and_csvs(tmp_path):
     bounds = acc.filter(like="_ci_")
     assert bounds.notna().any().any() and (bounds.max().max() <= 1.0) and (bounds.min().min() >= 0.0)
     assert pd.read_csv(out / "per_level_vs_sigma.csv").filter(like="_ci_").max().max() <= 1.0
+    # the per-seed dots are re-plottable: the runs' CSV holds them, and its means are the summary's (figure QA)
+    dots = pd.read_csv(out / "accuracy_vs_sigma_runs.csv")
+    assert {"sigma", "seed", "ood_acc"} <= set(dots.columns) and len(dots) > len(acc)
+    means = dots.groupby("sigma").ood_acc.mean()
+    assert means.to_numpy() == pytest.approx(acc.set_index("sigma").loc[means.index, "ood_acc_mean"].to_numpy())
+    ident_dots = pd.read_csv(out / "identifiability_vs_sigma_runs.csv")
+    ident_summ = pd.read_csv(out / "identifiability_vs_sigma.csv")
+    got = ident_dots.groupby(["view", "metric", "sigma"]).value.mean()
+    want = ident_summ.set_index(["view", "metric", "sigma"])["mean"]
+    assert got.loc[want.index].to_numpy() == pytest.approx(want.to_numpy())
     panels = set(pd.read_csv(out / "trajectories.csv").panel)
     assert {"raw:0:rsa_spearman", "qk:0:rsa_spearman", "raw:mean:rsa_spearman"} <= panels
     traj = pd.read_csv(out / "table_traj.csv")
