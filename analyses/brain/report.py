@@ -22,7 +22,7 @@ from scipy.stats import rankdata, spearmanr
 
 from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, analyse_sweep,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, above_chance_text, analyse_sweep, outside_legend,
                                    at_chance_criteria, chance_summary, claim_levels, compare, conditions,
                                    deterministic_labels, fmt, layer_levels, layer_section, level_criteria,
                                    machine_lines, markdown_table, n_clipped, regenerate_lines, report_main, run_sweep,
@@ -83,7 +83,7 @@ def orthogonal_figure(results: dict[str, object], names: list[str], path: Path) 
             ax.set_ylabel(yl, fontsize=7)
             ax.tick_params(labelsize=6)
             ax.set_title(f"{label}: {title}\nSMACOF r2 {r.metrics['recovery_smacof_r2']:.2f}", fontsize=8)
-    axes[0, 0].legend(fontsize=6, frameon=False)
+    outside_legend(fig, axes[0, 0], fontsize=6)  # inside, it covered true centres
     fig.savefig(path, dpi=150)
     plt.close(fig)
 

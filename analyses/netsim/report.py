@@ -20,7 +20,7 @@ import pandas as pd
 
 from pe_probe.errors import OneLineArgumentParser
 from pe_probe.output import staged_dir
-from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, analyse_sweep, at_chance_criteria, claim_levels,
+from analyses.netsim.sweep import (ALPHA, HOLDS, N_PERM, Plan, Scale, analyse_sweep, at_chance_criteria, claim_levels, outside_legend,
                                    conditions, deterministic_labels, layer_levels, layer_section, level_criteria,
                                    machine_lines, markdown_table, n_clipped, regenerate_lines, report_main, run_sweep,
                                    scale_parser, sigma_figure, summarise, t_value, write_json, write_layers)
@@ -55,7 +55,7 @@ def layout_figure(results: dict[str, object], path: Path) -> None:
         ax.invert_yaxis()
         ax.set_aspect("equal")
         ax.set_xticks([]), ax.set_yticks([])
-    np.atleast_1d(axes)[0].legend(fontsize=7, frameon=False, loc="lower left")
+    outside_legend(fig, np.atleast_1d(axes)[0], fontsize=7)  # inside, it sat on the bottom-left nodes
     fig.savefig(path, dpi=150)
     plt.close(fig)
 

@@ -450,9 +450,19 @@ def layer_figure(layers: pd.DataFrame, summary: pd.DataFrame, path: Path, panels
         ax.set_xscale("log")
         ax.set_xlabel("PE init σ")
         ax.set_ylabel(name)
-    np.atleast_1d(axes)[0].legend(fontsize=6, frameon=False)
+    outside_legend(fig, np.atleast_1d(axes)[0], fontsize=6)
     fig.savefig(path, dpi=150)
     plt.close(fig)
+
+
+def outside_legend(fig, ax, fontsize: float) -> None:
+    """The legend of ``ax``'s labelled artists below the panels (a constrained-layout figure), where it covers no
+    data; one entry per label."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(len(seen), 4),
+                   fontsize=fontsize, frameon=False)
 
 
 def t_interval(x: np.ndarray) -> tuple[float, float, float]:
@@ -659,7 +669,7 @@ def sigma_figure(df: pd.DataFrame, summary: pd.DataFrame, path: Path, panels: li
         ax.set_xscale("log")
         ax.set_xlabel("PE init σ")
         ax.set_ylabel(name)
-    axes[0].legend(fontsize=7, frameon=False)
+    outside_legend(fig, axes[0], fontsize=7)  # inside, its text ran across the reference lines
     fig.savefig(path, dpi=150)
     plt.close(fig)
 
