@@ -50,7 +50,7 @@ def geometry_state(d: pd.DataFrame) -> dict[str, Any]:
     """The three-level geometry rule on one view's last-checkpoint rows over the σ grid: 'present' (σ <= 0.2: mean
     RSA > 0.3 and Mantel p < 0.05 in at least half of the runs), else 'weak, but it decreases with σ' (ρ(σ, RSA) < 0,
     p < 0.05 over all σ), else 'not supported'; 'borderline' when the Mantel share qualifies and the mean RSA is
-    within 0.01 of 0.3."""
+    within 0.01 of 0.3, or its 95% t-interval over seeds (each seed's σ ≤ 0.2 runs averaged) contains 0.3."""
     s_, l_ = d[d.sigma <= SMALL], d[d.sigma >= LARGE]
     mean = float(s_.rsa_spearman.mean()) if len(s_) else math.nan
     share = float((s_.rsa_p < ALPHA).mean()) if len(s_) else math.nan
@@ -60,8 +60,15 @@ def geometry_state(d: pd.DataFrame) -> dict[str, Any]:
     state = "present" if present else ("weak, but it decreases with σ" if decreasing else "not supported")
     if not present and not np.isfinite(p):  # no ρ over the grid (fewer than 3 runs, or one σ): nothing to decide
         state = "not testable with these runs (no σ ≤ 0.2 run meets the bar, and no ρ(σ, RSA) over fewer than 3 runs or one σ)"
+    # the band's mean with a 95% t-interval over seeds (each seed's σ ≤ 0.2 runs averaged first: runs of one seed
+    # share its starting draw); a bar inside that interval is crossed or missed by sampling noise
+    seeds = s_.groupby("seed").rsa_spearman.mean() if "seed" in s_ and len(s_) else pd.Series(dtype=float)
+    _, lo, hi, n_seeds = mean_ci(seeds.to_numpy(float))
     if np.isfinite(mean) and share >= MANTEL_SHARE and abs(mean - RSA_MIN) < BORDER:
         state += f" (borderline: mean RSA {mean:.3f} is within {BORDER:g} of {RSA_MIN:g})"
+    elif np.isfinite(mean) and share >= MANTEL_SHARE and n_seeds >= 2 and lo <= RSA_MIN <= hi:
+        state += (f" (borderline: the 95% interval of the mean RSA over {n_seeds} seeds, [{lo:.3f}, {hi:.3f}], "
+                  f"contains {RSA_MIN:g})")
     return {"state": state, "mean_small": mean, "share_small": share, "n_small": len(s_),
             "mean_large": float(l_.rsa_spearman.mean()) if len(l_) else math.nan, "rho": rho, "p": p, "n": n}
 
@@ -342,7 +349,8 @@ def criteria_text() -> str:
             "whole-grid ρ came out negative beside a significant rise over small σ); a geometry claim (per view, last "
             f"checkpoint) is *present* when the mean RSA for σ ≤ {SMALL:g} exceeds {RSA_MIN:g} and the Mantel test is "
             f"significant (p < {ALPHA:g}) in at least {100 * MANTEL_SHARE:.0f}% of those runs (*borderline* when that "
-            f"share qualifies and the mean RSA is within {BORDER:g} of {RSA_MIN:g}), *weak, but it decreases with σ* when "
+            f"share qualifies and the mean RSA is within {BORDER:g} of {RSA_MIN:g}, or its 95% t-interval over seeds, each seed's "
+            f"σ ≤ {SMALL:g} runs averaged first, contains {RSA_MIN:g}), *weak, but it decreases with σ* when "
             f"it is not present but ρ(σ, RSA) < 0 with p < {ALPHA:g} over the whole grid, and *not supported* otherwise; "
             f"small-σ attention maps *resemble the 2D sinusoid's* only when their mean cosine similarity to it (σ ≤ "
             f"{SMALL:g}) exceeds that of the model without any PE (the floor of this measure); *the 2D sinusoid "

@@ -84,6 +84,18 @@ def test_geometry_borderline():
     assert V.geometry_state(d2)["state"].startswith("weak, but it decreases with σ (borderline")
 
 
+def test_geometry_is_borderline_when_the_seed_interval_contains_the_bar():
+    """The qk view read 'present' at 0.312 with 4 seeds and 'weak' at 0.29 with 8: a bar inside the seed-level 95%
+    interval is crossed by sampling noise (stats review), so such a verdict says borderline."""
+    spread = {0: 0.22, 1: 0.40, 2: 0.26, 3: 0.36}  # seed means 0.31 ± a wide interval
+    d = _view(lambda s, i: (spread[i] if s <= 0.2 else 0.0))
+    state = V.geometry_state(d)["state"]
+    assert state.startswith("present (borderline: the 95% interval of the mean RSA over 4 seeds, [")
+    assert state.endswith("contains 0.3)")
+    tight = _view(lambda s, i: (0.36 + 0.002 * i if s <= 0.2 else 0.0))  # a narrow interval above the bar
+    assert V.geometry_state(tight)["state"] == "present"
+
+
 # ---------------------------------------------------------------------------------------------------
 # the small-σ trend sentence
 
