@@ -187,7 +187,8 @@ def interactive_figure(result: AnalysisResult):
                       updatemenus=menus, legend={"orientation": "h", "y": -0.2, "x": 0},
                       hoverlabel={"namelength": -1}, font={"family": "Arial, sans-serif", "size": 12})
     fig.update_xaxes(type="category", row=1, col=2, showticklabels=cells <= 64, title_text="position (sorted by true coordinates)")
-    fig.update_yaxes(type="category", row=1, col=2, autorange="reversed", showticklabels=cells <= 64)
+    fig.update_yaxes(type="category", row=1, col=2, autorange="reversed", showticklabels=cells <= 64,
+                     title_text="position (sorted by true coordinates)")
     if three_d:
         fig.update_scenes(xaxis_title="true axis 0", yaxis_title="true axis 1", zaxis_title="true axis 2", aspectmode="data",
                           camera={"eye": {"x": 1.6, "y": 1.6, "z": 1.1}})  # plotly's 1.25 clipped the axis titles

@@ -97,3 +97,12 @@ def test_three_d_view_is_far_enough_to_show_its_axis_titles():
     eye = fig.layout.scene.camera.eye
     assert fig.layout.scene.xaxis.title.text == "true axis 0"
     assert np.hypot(eye.x, eye.y) > 1.25 * np.sqrt(2) + 0.3
+
+
+def test_both_heatmap_axes_are_titled(sinusoid_result):
+    """The heatmap's y-axis had no title (figure QA): both axes name what the rows and columns are."""
+    fig, _, _ = interactive_figure(sinusoid_result)
+    heat = next(t for t in fig.data if t.type == "heatmap")
+    x_axis = fig.layout["xaxis" + heat.xaxis[1:]]
+    y_axis = fig.layout["yaxis" + heat.yaxis[1:]]
+    assert x_axis.title.text == y_axis.title.text == "position (sorted by true coordinates)"
