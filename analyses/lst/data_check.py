@@ -2,6 +2,7 @@
 
     python -m analyses.lst.data_check                      # the trainer's default splits (seed 0), reports/lst-data/
     python -m analyses.lst.data_check --seeds 0,1,2 --out DIR
+    python -m analyses.lst.data_check --runs runs/lst-sweep/learned-every-s0.1-seed*   # + accuracy per target cell
 
 The training pool excludes every puzzle within Jaccard distance `--min-jaccard` of an OOD puzzle
 (`trainers.tasks.lst_generate.make_splits`). The Jaccard sets include the target marker's cell, so a candidate
@@ -63,7 +64,68 @@ def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.Da
     return counts, pd.DataFrame(givens), summary
 
 
-def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str]) -> str:
+def run_checkpoint(source: Path) -> Path:
+    """A run folder's last.pt, or the checkpoint file given."""
+    path = source / "last.pt" if source.is_dir() else source
+    if not path.is_file():
+        raise InputError(f"--runs {source}: no checkpoint there (a run folder with last.pt, or a .pt file)")
+    return path
+
+
+def cell_accuracy(source: Path) -> pd.DataFrame:
+    """One trained LST model's accuracy per target cell on its own training, test and OOD puzzles (the splits
+    rebuilt from its config, as `pe-probe evaluate` does), with each cell's share of its training targets."""
+    import torch
+
+    from trainers.checkpoint import load_checkpoint
+    from trainers.evaluate import encode_split, model_from_checkpoint
+    from trainers.train import load_splits
+
+    path = run_checkpoint(source)
+    ckpt = load_checkpoint(path)
+    if not isinstance(ckpt.get("config"), dict) or ckpt["config"].get("task", "lst") != "lst":
+        raise InputError(f"--runs {source}: not a Latin Square Task checkpoint")
+    model, cfg = model_from_checkpoint(ckpt, "cpu", path)
+    splits = load_splits(cfg)
+    share = np.bincount(target_cells(splits["train"].puzzles), minlength=16) / len(splits["train"])
+    rows = []
+    for name, ps in splits.items():
+        split = encode_split(ps)
+        with torch.no_grad():
+            correct = torch.cat([model(split.x[i:i + 256]).argmax(-1) == split.y[i:i + 256]
+                                 for i in range(0, len(split), 256)]).numpy()
+        cells = target_cells(ps.puzzles)
+        for c in range(16):
+            sel = cells == c
+            rows.append({"run": source.name if source.is_dir() else source.stem, "sigma": cfg.pe.init_std,
+                         "seed": cfg.seed, "split": name, "cell": c, "train_share": float(share[c]),
+                         "n": int(sel.sum()), "correct": int(correct[sel].sum())})
+    return pd.DataFrame(rows)
+
+
+def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per run and split: Spearman ρ over the cells between the cell's training share and the accuracy on puzzles
+    whose target sits there, and the accuracy in the cells below and at or above the uniform share."""
+    from scipy import stats
+
+    out = []
+    for (run, split), g in cells.groupby(["run", "split"], sort=False):
+        g = g[g.n > 0]
+        acc = g.correct / g.n
+        rho = stats.spearmanr(g.train_share, acc) if len(g) >= 3 and acc.nunique() > 1 else None
+        low, high = g[g.train_share < 1 / 16], g[g.train_share >= 1 / 16]
+        out.append({"run": run, "sigma": g.sigma.iloc[0], "seed": g.seed.iloc[0], "split": split,
+                    "puzzles": int(g.n.sum()), "accuracy": float(g.correct.sum() / g.n.sum()),
+                    "acc_cells_below_uniform_share": float(low.correct.sum() / low.n.sum()) if low.n.sum() else np.nan,
+                    "puzzles_below": int(low.n.sum()),
+                    "acc_cells_at_or_above": float(high.correct.sum() / high.n.sum()) if high.n.sum() else np.nan,
+                    "puzzles_at_or_above": int(high.n.sum()),
+                    "spearman_share_vs_accuracy": float(rho.statistic) if rho is not None else np.nan,
+                    "spearman_p": float(rho.pvalue) if rho is not None else np.nan})
+    return pd.DataFrame(out)
+
+
+def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: pd.DataFrame | None = None) -> str:
     """The report: the measured shift, per seed, with the givens table."""
     from trainers.tasks.lst_puzzles import LEVELS
 
@@ -97,10 +159,38 @@ def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str]) -> str:
               "puzzles whose targets sit more often in cells that training saw less, with more givens. Whether the "
               "study's own splits have the first shift depends on whether its filter counts the target marker, which "
               "we have not checked. A split stratified by target cell, or Jaccard sets without the marker, would "
-              "remove it; how much it moves held-out accuracy (accuracy per target cell against the cell's training "
-              "share) is not measured yet. Per-cell counts are in `target_cells.csv`, givens in `givens.csv`, the "
-              "table above in `summary.csv`.",
+              "remove it. Per-cell counts are in `target_cells.csv`, givens in `givens.csv`, the table above in "
+              "`summary.csv`.",
               ""]
+    if cells is None or not len(cells):
+        lines += ["How much the shift moves held-out accuracy is measured with `--runs RUN ...` (trained models: "
+                  "accuracy per target cell against the cell's training share); none were given.", ""]
+        return "\n".join(lines)
+    per = cell_summary(cells)
+    ood = per[per.split == "ood"]
+    lines += ["## Does a model do worse where training had few targets?",
+              "",
+              f"{len(ood)} trained model(s) (`--runs`), each on its own splits: accuracy on puzzles whose target sits in "
+              "a cell with less than the uniform 6.25% of training targets, against the other cells, and Spearman ρ "
+              "over the 16 cells between the cell's training share and the accuracy there. Per model and cell in "
+              "`cell_accuracy.csv`, this table in `cell_summary.csv`.",
+              "",
+              "| model | σ | split | accuracy | cells below uniform share (puzzles) | other cells (puzzles) | ρ(share, accuracy) over cells |",
+              "| --- | ---: | --- | ---: | --- | --- | --- |"]
+    for r in per.itertuples():
+        lines.append(f"| {r.run} | {r.sigma:g} | {r.split} | {100 * r.accuracy:.1f}% | "
+                     f"{100 * r.acc_cells_below_uniform_share:.1f}% ({r.puzzles_below}) | "
+                     f"{100 * r.acc_cells_at_or_above:.1f}% ({r.puzzles_at_or_above}) | "
+                     + (f"{r.spearman_share_vs_accuracy:+.2f} (p = {r.spearman_p:.2g})" if np.isfinite(r.spearman_share_vs_accuracy) else "n/a")
+                     + " |")
+    gap = (ood.acc_cells_at_or_above - ood.acc_cells_below_uniform_share).dropna()
+    if len(gap):
+        lines += ["", f"On the OOD split, accuracy in the cells at or above the uniform share minus that in the cells "
+                      f"below it: {100 * gap.mean():+.1f} points on average over the {len(gap)} model(s) (range "
+                      f"{100 * gap.min():+.1f} to {100 * gap.max():+.1f}; positive, i.e. better where training had more "
+                      f"targets, in {int((gap > 0).sum())} of {len(gap)}). Each OOD cell holds only a few puzzles (108 in all), "
+                      "so read single models' ρ with care; the models share the data seed, hence the same splits."]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -122,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-per-level", type=int, default=3000, help="training pool per level (default: 3000, the trainer's)")
     p.add_argument("--min-jaccard", type=float, default=DEFAULT_MIN_JACCARD,
                    help=f"the filter's Jaccard distance (default: {DEFAULT_MIN_JACCARD:g}, the trainer's)")
+    p.add_argument("--runs", type=Path, nargs="+", default=[], metavar="RUN",
+                   help="trained LST run folders (or .pt checkpoints): their accuracy per target cell on their own splits")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "lst-data", help="report folder (default: reports/lst-data)")
     p.add_argument("--force", action="store_true", help="replace an --out folder not written by pe-probe")
     args = p.parse_args(argv)
@@ -131,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds)
         if args.n_per_level < 6:
             raise InputError(f"--n-per-level {args.n_per_level}: at least 6 (each level's test share must round to one puzzle)")
-        check_out_dir(args.out, args.force)
+        check_out_dir(args.out, args.force, inputs=args.runs)
+        for run in args.runs:
+            run_checkpoint(run)
+        cells = pd.concat([cell_accuracy(run) for run in args.runs], ignore_index=True) if args.runs else None
     except InputError as e:
         p.error(first_line(e))
     per_seed = [split_tables(s, args.n_per_level, args.min_jaccard) for s in seeds]
@@ -143,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         counts.to_csv(stage / "target_cells.csv", index=False)
         givens.to_csv(stage / "givens.csv", index=False)
         summary.to_csv(stage / "summary.csv", index=False)
-        (stage / "README.md").write_text(readme(summary, givens, shown))
+        if cells is not None:
+            cells.to_csv(stage / "cell_accuracy.csv", index=False)
+            cell_summary(cells).to_csv(stage / "cell_summary.csv", index=False)
+        (stage / "README.md").write_text(readme(summary, givens, shown, cells))
     print(f"wrote {args.out}")
     return 0
 

@@ -57,3 +57,37 @@ def test_bad_options_are_one_line_errors_and_nothing_is_written(tmp_path, argv, 
                          capture_output=True, text=True)
     assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from trainers.cli import train_main
+
+    out = tmp_path_factory.mktemp("cells") / "run"
+    assert train_main(["lst", "--d-model", "16", "--layers", "1", "--heads", "2", "--epochs", "2", "--n-per-level", "30",
+                       "--batch-size", "32", "--min-jaccard", "0.5", "--out", str(out)]) == 0
+    return out
+
+
+def test_per_cell_accuracy_adds_up_to_what_evaluate_reports(tiny_run):
+    from trainers.evaluate import evaluate_checkpoint
+
+    cells = DC.cell_accuracy(tiny_run)
+    assert set(cells.split) == {"train", "test", "ood"} and len(cells) == 48
+    ood = cells[cells.split == "ood"]
+    assert ood.correct.sum() / ood.n.sum() == pytest.approx(evaluate_checkpoint(tiny_run / "last.pt")["ood_acc"])
+    train = cells[cells.split == "train"]
+    assert train.train_share.sum() == pytest.approx(1.0)
+    assert (train.n / train.n.sum()).to_numpy() == pytest.approx(train.train_share.to_numpy())
+    per = DC.cell_summary(cells).set_index("split")
+    assert per.loc["ood", "puzzles_below"] + per.loc["ood", "puzzles_at_or_above"] == ood.n.sum()
+
+
+def test_runs_add_the_per_cell_section_and_a_missing_run_is_refused(tiny_run, tmp_path):
+    out = tmp_path / "r"
+    assert DC.main(["--seeds", "0", "--n-per-level", "60", "--runs", str(tiny_run), "--out", str(out)]) == 0
+    assert (out / "cell_accuracy.csv").is_file() and (out / "cell_summary.csv").is_file()
+    assert "Does a model do worse where training had few targets?" in (out / "README.md").read_text()
+    res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", "--runs", str(tmp_path / "nope"),
+                          "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "no checkpoint there" in res.stderr and not (tmp_path / "o2").exists()
