@@ -88,9 +88,12 @@ def rdm_figure(frame, pe_metric: str = "euclidean"):
 
 
 def _fmt(x) -> str:
+    """Three significant digits, trailing zeros kept ("0.770 [0.768, 0.779]", not "0.77 [...]": a dropped zero read
+    as less precision than the interval beside it)."""
     if x is None or not np.isfinite(x):
         return "n/a"
-    return f"{x:.3g}"
+    text = f"{x:#.3g}"
+    return text[:-1] if text.endswith(".") else text
 
 
 def rsa_caption(metrics: dict) -> str:

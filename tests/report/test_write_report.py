@@ -192,3 +192,12 @@ def test_the_shepard_caption_sits_above_the_axes_not_over_the_pairs(sinusoid_res
     assert not ax.texts  # nothing drawn inside the axes
     assert ax.get_title(loc="left").startswith("Spearman ρ")
     plt.close(fig)
+
+
+def test_figure_numbers_keep_their_trailing_zeros():
+    from pe_probe.report.static import _fmt, rsa_caption
+
+    assert _fmt(0.7703) == "0.770" and _fmt(0.034) == "0.0340" and _fmt(100.0) == "100" and _fmt(-0.5) == "-0.500"
+    assert _fmt(float("nan")) == "n/a" and _fmt(None) == "n/a" and _fmt(1.234e-7) == "1.23e-07"
+    assert rsa_caption({"rsa_spearman": 0.7703, "rsa_ci_low": 0.768, "rsa_ci_high": 0.779}) == \
+        "Spearman ρ = 0.770 [0.768, 0.779]"
