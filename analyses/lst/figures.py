@@ -105,7 +105,7 @@ def _accuracy_vs_sigma(sr: pd.DataFrame, series: tuple[tuple[str, str, str], ...
     fig, ax = plt.subplots(figsize=(3.4, 2.5))
     for col, lab, c in series:
         _errbar(ax, summ, col, lab, c, raw=sr)
-    ax.axhline(CHANCE, color="grey", lw=0.6, ls=":")
+    ax.axhline(CHANCE, color="grey", lw=0.6, ls=":", label="chance")
     ax.set_xscale("log")
     ax.set_xlabel("σ of the learned PE init")
     ax.set_ylabel(ylabel)
@@ -237,7 +237,8 @@ def fig_layouts(lay: pd.DataFrame, sr: pd.DataFrame, out: Path) -> str | None:
             ax.scatter(d.true_col, d.true_row, s=4, color="red", marker="+", lw=0.5)
             ax.invert_yaxis()
             ax.set_title(f"σ={s:g}, {view}", fontsize=7)
-    fig.suptitle(f"Recovered 4x4 layouts (cMDS, Procrustes-aligned; seed {seed}; + = true cell)", fontsize=7, y=1.02)
+    fig.suptitle(f"Recovered 4x4 layouts (cMDS, Procrustes-aligned; seed {seed}): dots coloured by true row, grey lines "
+                 f"join grid neighbours, + = true cell", fontsize=7, y=1.02)
     return save_figure(fig, pd.concat(rows) if rows else pd.DataFrame(), out, "layouts_small_vs_large_sigma")
 
 
