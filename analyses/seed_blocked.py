@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses.lst.summary_stats import mean_ci, merge_near_ties
+from analyses.lst.summary_stats import TIED, f3, mean_ci, merge_near_ties
+from analyses.lst.tables import md_table
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,14 +40,18 @@ SMALL_BAND, LARGE_BAND = 0.2, 1.5  # the LST report's bands: σ ≤ 0.2 against 
 # σ ranges of the LST accuracy trend: the report's rise over small σ, the same without the two σ below the study's
 # grid (0.1-2.0), the flat middle, and the study's grid
 LST_RANGES = (("σ ≤ 0.5", 0.0, 0.5), ("0.1 ≤ σ ≤ 0.5", 0.1, 0.5), ("0.1 ≤ σ ≤ 1.0", 0.1, 1.0),
-              ("0.1 ≤ σ ≤ 2.0 (the study's grid)", 0.1, 2.0), ("whole grid", 0.0, math.inf))
+              ("0.1 ≤ σ ≤ 2.0 (the study's grid)", 0.1, 2.0), ("the whole grid", 0.0, math.inf))
 # (report folder, columns compared σ = 0.1 vs σ = 2, labels): lower is better in every one
 MASKED = {
     "netsim": [("train_rel", "training fit (train MSE / zero)"), ("test_rel", "50%-masked test / zero"),
                ("ood_rel", "90%-masked OOD / zero"), ("ood_noise_rel", "unseen noise / zero")],
     "brain": [("train_mse", "training fit (train MSE)"), ("test_mse", "held-out subjects, 50% masked"),
-              ("ood_mse", "held-out subjects, 90% masked"), ("ood_train_gap", "90%-masked held-out minus train")],
+              ("ood_mse", "held-out subjects, 90% masked"), ("test_train_gap", "50%-masked held-out minus train"),
+              ("ood_train_gap", "90%-masked held-out minus train")],
 }
+
+
+MASKED_REPORTS = {"netsim": "netsim", "netsim-standard": "netsim", "brain": "brain", "brain-standard": "brain"}
 
 
 def read_table(path: Path, needed: list[str]) -> pd.DataFrame:
@@ -56,7 +61,7 @@ def read_table(path: Path, needed: list[str]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
     except (ValueError, OSError) as e:
-        raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        raise InputError(f"{path}: not a readable CSV ({first_line(e)})") from None
     missing = [c for c in needed if c not in df.columns]
     if missing:
         raise InputError(f"{path}: lacks the column(s) {', '.join(missing)}; regenerate it with its report command")
@@ -70,13 +75,15 @@ def seed_difference(per_seed: pd.Series) -> dict[str, Any]:
 
     d = per_seed.dropna().astype(float)
     m, lo, hi, n = mean_ci(d.values)
-    out = {"n_seeds": n, "mean": m, "ci_low": lo, "ci_high": hi, "seeds_positive": int((d > 0).sum()),
-           "seeds_negative": int((d < 0).sum()), "wilcoxon_p_greater": math.nan, "t_p": math.nan,
-           "min_possible_p": 0.5 ** n if n else math.nan}
-    if n >= 2 and np.ptp(d.values) > 0:
+    merged = merge_near_ties(d.to_numpy())  # float32-stored accuracies: equal differences ~1e-7 apart are equal
+    nonzero = int(np.count_nonzero(merged))  # Wilcoxon drops zero differences
+    out = {"n_seeds": n, "mean": m, "ci_low": lo, "ci_high": hi, "seeds_positive": int((merged > 0).sum()),
+           "seeds_negative": int((merged < 0).sum()), "wilcoxon_p_greater": math.nan, "t_p": math.nan,
+           "min_possible_p": 0.5 ** nonzero if nonzero else math.nan}
+    if n >= 2 and np.ptp(d.values) > TIED:  # equal differences have no variance: no t-test (p ~ 0 means nothing)
         out["t_p"] = float(stats.ttest_1samp(d.values, 0.0).pvalue)
-    if n >= 1 and np.any(d.values != 0):
-        out["wilcoxon_p_greater"] = float(stats.wilcoxon(merge_near_ties(d.values), alternative="greater").pvalue)
+    if nonzero:
+        out["wilcoxon_p_greater"] = float(stats.wilcoxon(merged, alternative="greater").pvalue)
     return out
 
 
@@ -113,7 +120,9 @@ def lst_tables(lst: Path) -> dict[str, pd.DataFrame]:
     rsa = runs.pivot_table(index="seed", columns="sigma", values="rsa_spearman")
     sig = acc.columns.to_numpy(float)
 
-    drop = acc.loc[:, sig <= SMALL_BAND].mean(axis=1) - acc.loc[:, sig >= LARGE_BAND].mean(axis=1)
+    small, large = acc.loc[:, sig <= SMALL_BAND], acc.loc[:, sig >= LARGE_BAND]
+    complete = small.notna().all(axis=1) & large.notna().all(axis=1)  # a seed missing one σ of a band is left out
+    drop = (small.mean(axis=1) - large.mean(axis=1))[complete]
     band = pd.DataFrame([{"comparison": f"held-out accuracy, mean over σ ≤ {SMALL_BAND:g} minus mean over σ ≥ "
                                         f"{LARGE_BAND:g} (one difference per seed)", **seed_difference(drop)}])
 
@@ -121,7 +130,9 @@ def lst_tables(lst: Path) -> dict[str, pd.DataFrame]:
     for name, wide, what in (("held-out accuracy", acc, "accuracy"), ("raw-table RSA (mean of layers)", rsa, "rsa")):
         for label, lo, hi in LST_RANGES:
             cols = (sig >= lo) & (sig <= hi)
-            sub = wide.loc[:, cols]
+            if cols.sum() < 3:  # no trend to test over fewer than 3 σ (a sweep without that range)
+                continue
+            sub = wide.loc[:, cols].dropna()  # seeds with every σ of the range: Page's blocks
             rho = per_seed_rho(sub)
             pooled = runs[(runs.sigma >= lo) & (runs.sigma <= hi)]
             trends.append({"value": name, "σ range": label, "n_sigmas": int(cols.sum()), **page_trend(sub),
@@ -177,40 +188,62 @@ def masked_table(folder: Path, kind: str) -> pd.DataFrame:
     """σ = 0.1 minus σ = 2 per seed for each split of a netsim or brain report (lower is better: a negative
     difference favours small σ)."""
     needed = ["pe", "sigma", "seed"] + (["train_mse", "train_mse_zero"] if kind == "netsim" else [])
-    runs = read_table(folder / "runs.csv", needed + [c for c, _ in MASKED[kind] if c != "train_rel"])
+    derived = {"train_rel", "test_train_gap"}
+    runs = read_table(folder / "runs.csv", needed + [c for c, _ in MASKED[kind] if c not in derived])
     runs = runs[runs.pe == "learned"].copy()
     if kind == "netsim":
         runs["train_rel"] = runs.train_mse / runs.train_mse_zero
+    else:  # the generalisation gap at equal (50%) masking: new subjects only, not more masking too
+        runs["test_train_gap"] = runs.test_mse - runs.train_mse
     rows = []
     for col, label in MASKED[kind]:
         wide = runs.pivot_table(index="seed", columns="sigma", values=col)
         if SMALL not in wide.columns or LARGE not in wide.columns:
             continue
         diff = (wide[SMALL] - wide[LARGE]).dropna()
-        res = seed_difference(-diff)  # positive: small σ better (lower); the test asks whether small σ is better
+        res = seed_difference(-diff)  # positive: small σ better (lower error); the t-test reported is two-sided
         rows.append({"report": folder.name, "split": label, "n_seeds": res["n_seeds"], "mean_diff": -res["mean"],
                      "ci_low": -res["ci_high"], "ci_high": -res["ci_low"], "seeds_favouring_small_sigma": res["seeds_positive"],
                      "seeds_favouring_large_sigma": res["seeds_negative"], "paired_t_p": res["t_p"],
-                     "per_seed": " ".join(f"{v:+.4f}" for v in diff.values)})
+                     "per_seed": " ".join(f"seed {k}: {v:+.4f}" for k, v in diff.items())})
     return pd.DataFrame(rows)
 
 
-def fmt(v: float, digits: int = 3) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{digits}g}"
+fmt = f3
 
 
 def markdown(df: pd.DataFrame) -> str:
     """A table as markdown, numbers at 3 significant digits."""
-    shown = df.map(lambda v: fmt(v) if isinstance(v, (float, np.floating)) else str(v))
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    return "\n".join([head, "| " + " | ".join("---" for _ in df.columns) + " |",
-                      *("| " + " | ".join(r) + " |" for r in shown.itertuples(index=False))])
+    return md_table(df.map(lambda v: f3(v) if isinstance(v, (float, np.floating)) else v)).rstrip("\n")
+
+
+ALPHA = 0.05
+
+
+def trend_words(row: Any, value: str) -> str:
+    """'accuracy rises with σ over R (Page p = ..., 8 of 8 seeds with ρ > 0)', or falls, or 'shows no detectable
+    trend' (neither Page p below 0.05: not evidence of flatness with few seeds)."""
+    if row.page_p_rising < ALPHA:
+        return (f"{value} rises with σ over {row.name} (Page p = {fmt(row.page_p_rising)}, {row.seeds_rho_positive} of "
+                f"{row.n_blocks} seeds with ρ > 0)")
+    if row.page_p_falling < ALPHA:
+        return (f"{value} falls with σ over {row.name} (Page p = {fmt(row.page_p_falling)}, {row.seeds_rho_negative} of "
+                f"{row.n_blocks} seeds with ρ < 0)")
+    return (f"{value} shows no detectable trend over {row.name} (Page p = {fmt(row.page_p_rising)} for a rise, "
+            f"{fmt(row.page_p_falling)} for a fall)")
+
+
+def band_words(band: Any) -> str:
+    """Whether the per-seed drop holds: its interval above 0 and the one-sided Wilcoxon p below 0.05."""
+    if band.ci_low > 0 and band.wilcoxon_p_greater < ALPHA:
+        return "The drop holds with seeds as blocks."
+    return "With seeds as blocks the drop is not established (interval reaching 0 or Wilcoxon p ≥ 0.05)."
 
 
 def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
-    """The report: what was asked, how, and the tables, with the sentences a reader needs to read them."""
+    """The report: what was asked, how, and the tables; its reading sentences follow from the p-values."""
     band, trend = tables["lst_band_drop"].iloc[0], tables["lst_trends"]
-    draw, place = tables["lst_starting_draw"], tables["lst_placement"]
+    draw, place, masked = tables["lst_starting_draw"], tables["lst_placement"], tables["masked"]
     acc_trend = trend[trend.value == "held-out accuracy"].set_index("σ range")
     rsa_trend = trend[trend.value != "held-out accuracy"].set_index("σ range")
     parts = [
@@ -223,15 +256,16 @@ def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
         "from the same draw Z_s scaled by σ, with the same other weights, batch order and masks. Runs that share a "
         "seed are therefore not independent across σ, while the sweep reports compare σ groups as if they were "
         "(Mann-Whitney over runs, Spearman ρ pooled over runs, unpaired intervals over seeds). Here each seed is a "
-        "block: one difference per seed, Page's trend test over σ within seeds, and each seed's own ρ.",
+        "block: one difference per seed, Page's trend test over σ within seeds, and each seed's own ρ. Page's exact "
+        "p does not adjust for ties within a seed (conservative).",
         "",
         "## LST: large σ hurts",
         "",
         f"Held-out accuracy averaged over σ ≤ {SMALL_BAND:g} minus that over σ ≥ {LARGE_BAND:g}, one difference per "
-        f"seed: {fmt(100 * band['mean'])} points [{fmt(100 * band.ci_low)}, {fmt(100 * band.ci_high)}] (95% t-interval, "
-        f"{band.n_seeds} seeds), positive in {band.seeds_positive} of {band.n_seeds}; one-sided Wilcoxon p = "
-        f"{fmt(band.wilcoxon_p_greater)} (the smallest p this test can give with {band.n_seeds} seeds is "
-        f"{fmt(band.min_possible_p)}), t-test p = {fmt(band.t_p)}. The drop holds with seeds as blocks.",
+        f"seed with every σ of both bands: {fmt(100 * band['mean'])} points [{fmt(100 * band.ci_low)}, "
+        f"{fmt(100 * band.ci_high)}] (95% t-interval, {band.n_seeds} seeds), positive in {band.seeds_positive} of "
+        f"{band.n_seeds}; one-sided Wilcoxon p = {fmt(band.wilcoxon_p_greater)} (the smallest p this test can give "
+        f"here is {fmt(band.min_possible_p)}), t-test p = {fmt(band.t_p)}. {band_words(band)}",
         "",
         markdown(tables["lst_band_drop"]),
         "",
@@ -242,56 +276,58 @@ def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
         "",
         "## LST: accuracy and raw-table RSA over σ",
         "",
-        "Page's L test (seeds as blocks, σ ascending) for a rise and for a fall, the seeds whose own Spearman ρ(σ, value) "
-        "is positive / negative, and, for comparison, the Spearman ρ pooled over runs that the sweep report uses.",
+        "Page's L test (seeds with every σ of the range as blocks, σ ascending) for a rise and for a fall, the seeds "
+        "whose own Spearman ρ(σ, value) is positive / negative, and, for comparison, the Spearman ρ pooled over runs "
+        "that the sweep report uses. Accuracies are fractions.",
         "",
         markdown(trend),
         "",
     ]
-    low = acc_trend.loc["σ ≤ 0.5"]
-    rsa_mid = rsa_trend.loc["0.1 ≤ σ ≤ 1.0"]
-    mid = acc_trend.loc["0.1 ≤ σ ≤ 1.0"]
-    inner = acc_trend.loc["0.1 ≤ σ ≤ 0.5"]
+    if len(acc_trend):
+        parts += ["Reading: " + "; ".join(trend_words(r, "accuracy") for _, r in acc_trend.iterrows()) + ". No detectable "
+                  "trend is not evidence of none with this many seeds.", ""]
     parts += [
-        f"Reading: accuracy rises with σ over σ ≤ 0.5 (Page p = {fmt(low.page_p_rising)}, {low.seeds_rho_positive} of "
-        f"{low.n_blocks} seeds with ρ > 0), most steeply from σ = 0.01 and 0.05, below the study's grid (0.1 ≤ σ ≤ 0.5 "
-        f"alone: Page p = {fmt(inner.page_p_rising)}, {inner.seeds_rho_positive} of {inner.n_blocks} seeds). Over "
-        f"0.1 ≤ σ ≤ 1.0 there is no trend either way (Page p = {fmt(mid.page_p_rising)} rising, "
-        f"{fmt(mid.page_p_falling)} falling); the fall over the whole grid comes from σ ≥ 1.5, where the models have "
-        "not fitted the training set at 40 epochs (`reports/lst`). Accuracies are fractions in these tables.",
-        "",
-        "## LST: the raw table at large σ is mostly its starting draw",
+        "## LST: the raw table at large σ and its starting draw",
         "",
         f"Pearson r across seeds between a seed's raw-table RSA at σ = {fmt(draw.vs_sigma.iloc[0] if len(draw) else math.nan)} "
         "and at each smaller σ. Each seed starts every σ from the same Z_s scaled by σ; where training changes the "
-        "table little compared with σ Z_s, the RSA is the RSA of Z_s, the same number at every large σ.",
+        "table little compared with σ Z_s, the RSA is close to the RSA of Z_s, the same number at every large σ, and "
+        "these correlations are high.",
         "",
         markdown(draw) if len(draw) else "(too few seeds)",
         "",
-        f"The raw-table RSA does fall with σ within seeds (0.1 ≤ σ ≤ 1.0: Page p = {fmt(rsa_mid.page_p_falling)}, "
-        f"{rsa_mid.seeds_rho_negative} of {rsa_mid.n_blocks} seeds with ρ < 0, in the table above), but by the "
-        "correlations here that fall is in large part the learned change diluted by a starting table that grows "
-        "with σ, not evidence that large σ learns a different geometry. Separating the two needs the learned change "
-        "(the final table minus σ Z_s), which the committed tables do not hold.",
-        "",
+    ]
+    if "0.1 ≤ σ ≤ 1.0" in rsa_trend.index:
+        parts += [trend_words(rsa_trend.loc["0.1 ≤ σ ≤ 1.0"], "The raw-table RSA")[0].upper()
+                  + trend_words(rsa_trend.loc["0.1 ≤ σ ≤ 1.0"], "The raw-table RSA")[1:]
+                  + ". High correlations above mean that part of a fall with σ can be the learned change diluted by a "
+                  "starting table that grows with σ rather than a different learned geometry; separating the two needs "
+                  "the learned change (the final table minus σ Z_s), which the committed tables do not hold.", ""]
+    n_lst = int(band.n_seeds)
+    masked_seeds = sorted(set(masked.n_seeds)) if len(masked) else []
+    parts += [
         "## LST: does geometry track generalisation within σ?",
         "",
         "Spearman ρ of each measure with held-out accuracy, pooled over runs (mixes σ groups) and within σ (both "
-        "centred on their σ group's mean). A pooled ρ can come from σ alone.",
+        "centred on their σ group's mean). A pooled ρ can come from σ alone; within-σ p values treat runs of one seed "
+        "as independent (optimistic), and the σ ≤ 1.0 rows are a subset chosen after seeing the all-σ ones.",
         "",
         markdown(tables["lst_within_sigma"]),
         "",
         "## netsim and brain: σ = 0.1 vs σ = 2, paired by seed",
         "",
         "Difference σ = 0.1 minus σ = 2 per seed (lower is better in every row, so a negative difference favours small "
-        "σ), its mean with a 95% t-interval over seeds, and the paired t-test. The reports' verdicts compare two "
-        "unpaired intervals, a conservative and non-standard test; the training-fit row says how much of a held-out "
-        "difference the training fit already has.",
+        "σ), its mean with a 95% t-interval over seeds, and the two-sided paired t-test. The reports' verdicts compare "
+        "two unpaired intervals, a conservative and non-standard test; the training-fit row says how much of a "
+        "held-out difference the training fit already has, and the 'minus train' rows are the generalisation gaps.",
         "",
-        markdown(tables["masked"]) if len(tables["masked"]) else "(no netsim or brain reports found)",
+        markdown(masked) if len(masked) else "(no netsim or brain reports found)",
         "",
-        "Caveats: seeds are few (8 in the LST σ grid, 2-4 in netsim and brain); a Page or t p-value below 0.05 with 4 "
-        "seeds is fragile. brain's held-out data are 2 subjects, so its intervals cover seeds only.",
+        f"Caveats: seeds are few ({n_lst} in the LST band comparison"
+        + (f", {'-'.join(map(str, (masked_seeds[0], masked_seeds[-1]))) if len(masked_seeds) > 1 else masked_seeds[0]} "
+           "in netsim and brain" if masked_seeds else "")
+        + "); a p-value just below 0.05 with 4 seeds is fragile. brain's held-out data are 2 subjects, so its "
+        "intervals cover seeds only.",
         "",
     ]
     return "\n".join(parts)
@@ -307,10 +343,9 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out or args.reports / "seed-blocked"
     try:
-        check_out_dir(out, args.force, inputs=[args.reports / "lst"])
+        check_out_dir(out, args.force, inputs=[args.reports / name for name in ("lst", *MASKED_REPORTS)])
         tables = lst_tables(args.reports / "lst")
-        masked = [masked_table(args.reports / name, kind) for name, kind in
-                  (("netsim", "netsim"), ("netsim-standard", "netsim"), ("brain", "brain"), ("brain-standard", "brain"))
+        masked = [masked_table(args.reports / name, kind) for name, kind in MASKED_REPORTS.items()
                   if (args.reports / name / "runs.csv").is_file()]
     except InputError as e:
         p.error(first_line(e))

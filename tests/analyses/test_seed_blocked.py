@@ -66,7 +66,7 @@ def test_trends_are_tested_within_seeds_and_the_starting_draw_shows_as_a_cross_s
     reports = _fake_reports(tmp_path, np.random.default_rng(1))
     tables = SB.lst_tables(reports / "lst")
     trend = tables["lst_trends"].set_index(["value", "σ range"])
-    whole = trend.loc[("held-out accuracy", "whole grid")]
+    whole = trend.loc[("held-out accuracy", "the whole grid")]
     assert whole.seeds_rho_negative == 6 and whole.page_p_falling < 1e-3 and whole.page_p_rising > 0.99
     draw = tables["lst_starting_draw"].set_index("sigma")
     assert draw.loc[1.5, "pearson_r"] == pytest.approx(1.0) and draw.loc[0.5, "pearson_r"] == pytest.approx(1.0)
@@ -118,3 +118,51 @@ def test_a_table_without_a_needed_column_is_a_one_line_error_and_nothing_is_writ
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "rsa_spearman" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_equal_float32_differences_get_no_t_test_and_the_smallest_p_counts_nonzero_differences():
+    """Four seeds each 68/108 apart, stored through float32, differ by ~4e-8: a t-test on them gave p = 8e-24
+    (diff review); `paired_test` in the LST reports already refused it."""
+    d = pd.Series((np.float32(0.9) - np.float32(0.9 - 68 / 108)) + np.array([0, 3.7e-8, -1e-8, 2e-8]))
+    res = SB.seed_difference(d)
+    assert np.isnan(res["t_p"]) and res["seeds_positive"] == 4
+    with_zero = SB.seed_difference(pd.Series([0.02, 0.0, 0.01]))
+    assert with_zero["min_possible_p"] == pytest.approx(0.25)  # Wilcoxon drops the zero: 2 differences left
+    assert np.isnan(SB.seed_difference(pd.Series([0.0, 1e-9, -1e-9]))["wilcoxon_p_greater"])  # all near zero
+
+
+def test_a_sweep_without_some_sigma_ranges_skips_them_and_a_seed_missing_a_band_sigma_is_left_out(tmp_path):
+    reports = _fake_reports(tmp_path, np.random.default_rng(4))
+    path = reports / "lst" / "identifiability_vs_generalization.csv"
+    runs = pd.read_csv(path)
+    runs = runs[~((runs.seed == 0) & (runs.sigma == 0.1))]  # seed 0 lacks σ = 0.1
+    runs.to_csv(path, index=False)
+    tables = SB.lst_tables(reports / "lst")
+    assert tables["lst_band_drop"].iloc[0].n_seeds == 5  # not averaged over an incomplete band
+    assert set(tables["lst_trends"].n_blocks) <= {5, 6}
+    only_large = runs[runs.sigma >= 1.0]
+    only_large.to_csv(path, index=False)
+    trend = SB.lst_tables(reports / "lst")["lst_trends"]  # no traceback: ranges with < 3 σ are skipped
+    assert "σ ≤ 0.5" not in set(trend["σ range"])
+
+
+def test_out_may_not_be_a_report_it_reads(tmp_path):
+    import shutil
+
+    reports = _fake_reports(tmp_path, np.random.default_rng(5))
+    before = sorted(p.name for p in (reports / "netsim").iterdir())
+    res = subprocess.run([sys.executable, "-m", "analyses.seed_blocked", "--reports", str(reports), "--out",
+                          str(reports / "netsim"), "--force"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "input" in res.stderr
+    assert sorted(p.name for p in (reports / "netsim").iterdir()) == before
+    shutil.rmtree(reports / "brain")  # a missing masked report is skipped, not an error
+    assert SB.main(["--reports", str(reports), "--out", str(tmp_path / "o")]) == 0
+
+
+def test_the_committed_report_reproduces_from_the_committed_tables(tmp_path):
+    """Every CSV of reports/seed-blocked is what the code writes from the committed tables today."""
+    out = tmp_path / "sb"
+    assert SB.main(["--out", str(out)]) == 0
+    committed = ROOT / "reports" / "seed-blocked"
+    for csv in sorted(committed.glob("*.csv")):
+        pd.testing.assert_frame_equal(pd.read_csv(out / csv.name), pd.read_csv(csv), check_exact=False, rtol=1e-12)
