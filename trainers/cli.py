@@ -384,12 +384,11 @@ def note_ignored_init(args: argparse.Namespace, pe: Any) -> None:
         what = f"--pe {pe.kind}" if pe.kind not in TABLE_INIT_KINDS else f"--pe-init {pe.init}"
         sys.stderr.write(f"pe-probe: {what} ignores {' and '.join(ignored)}; the run records the default "
                          f"(init {pe.init}, sigma {pe.init_std:g}), so the same command without them resumes it\n")
-    placed = getattr(args, "pe_every_layer", None)
-    if placed is not None and pe_class(pe.kind).placement != "input":
-        # unlike the init settings, the config keeps what was asked (runs trained before would no longer resume)
-        flag = "--pe-every-layer" if placed else "--no-pe-every-layer"
-        sys.stderr.write(f"pe-probe: --pe {pe.kind} adds no table to the layers' inputs, so {flag} changes nothing in "
-                         f"the model; the run's config still records it, so resume with the same flag\n")
+    if getattr(args, "pe_every_layer", None) is False and pe_class(pe.kind).placement != "input":
+        # unlike the init settings, the config keeps what was asked (runs trained before would no longer resume);
+        # --pe-every-layer is the presets' default, which the LST sweep passes to every run: no note for it
+        sys.stderr.write(f"pe-probe: --pe {pe.kind} adds no table to the layers' inputs, so --no-pe-every-layer changes "
+                         f"nothing in the model; the run's config still records it, so resume with the same flag\n")
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.Da
     cells = {name: target_cells(s.puzzles) for name, s in splits.items()}
     counts = pd.DataFrame({name: np.bincount(c, minlength=16) for name, c in cells.items()})
     counts.insert(0, "cell", [f"({i // 4},{i % 4})" for i in range(16)])
+    counts.insert(0, "min_jaccard", min_jaccard)
     counts.insert(0, "seed", seed)
     share = counts["train"] / counts["train"].sum()
     rho = stats.spearmanr(counts["train"], counts["ood"])
@@ -53,9 +54,9 @@ def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.Da
         for lvl, label in enumerate(LEVELS):
             sel = s.levels == lvl
             if sel.any():
-                givens.append({"seed": seed, "split": name, "level": label, "puzzles": int(sel.sum()),
+                givens.append({"seed": seed, "min_jaccard": min_jaccard, "split": name, "level": label, "puzzles": int(sel.sum()),
                                "mean_givens": float(n_given[sel].mean())})
-    summary = {"seed": seed, "train_puzzles": int(counts["train"].sum()), "ood_puzzles": int(counts["ood"].sum()),
+    summary = {"seed": seed, "min_jaccard": min_jaccard, "train_puzzles": int(counts["train"].sum()), "ood_puzzles": int(counts["ood"].sum()),
                "train_share_min": float(share.min()), "train_share_max": float(share.max()),
                "uniform_share": 1 / 16, "spearman_train_vs_ood_counts": float(rho.statistic),
                "spearman_p": float(rho.pvalue),
@@ -72,13 +73,24 @@ def run_checkpoint(source: Path) -> Path:
     return path
 
 
-def cell_accuracy(source: Path) -> pd.DataFrame:
+def run_labels(sources: list[Path]) -> list[str]:
+    """A name per --runs entry: the run folder's name (a checkpoint's folder and file name), refused when two
+    entries would share one (their rows would be merged)."""
+    labels = [s.name if s.is_dir() else f"{s.parent.name}/{s.name}" for s in sources]
+    dup = next((lab for lab in labels if labels.count(lab) > 1), None)
+    if dup is not None:
+        raise InputError(f"--runs: two entries are both named {dup!r}; give run folders with distinct names")
+    return labels
+
+
+def cell_accuracy(source: Path, label: str | None = None) -> pd.DataFrame:
     """One trained LST model's accuracy per target cell on its own training, test and OOD puzzles (the splits
     rebuilt from its config, as `pe-probe evaluate` does), with each cell's share of its training targets."""
     import torch
 
     from trainers.checkpoint import load_checkpoint
     from trainers.evaluate import encode_split, model_from_checkpoint
+    from trainers.pe import init_matters
     from trainers.train import load_splits
 
     path = run_checkpoint(source)
@@ -97,10 +109,19 @@ def cell_accuracy(source: Path) -> pd.DataFrame:
         cells = target_cells(ps.puzzles)
         for c in range(16):
             sel = cells == c
-            rows.append({"run": source.name if source.is_dir() else source.stem, "sigma": cfg.pe.init_std,
-                         "seed": cfg.seed, "split": name, "cell": c, "train_share": float(share[c]),
-                         "n": int(sel.sum()), "correct": int(correct[sel].sum())})
+            rows.append({"run": label or (source.name if source.is_dir() else f"{source.parent.name}/{source.name}"),
+                         "pe": cfg.pe.kind, "sigma": cfg.pe.init_std if init_matters(cfg.pe.kind, cfg.pe.init) else np.nan,
+                         "seed": cfg.seed, "data_seed": cfg.data.seed, "split": name, "cell": c,
+                         "train_share": float(share[c]), "n": int(sel.sum()), "correct": int(correct[sel].sum())})
     return pd.DataFrame(rows)
+
+
+def trained_by(runs: list[Path]) -> str:
+    """Which code and machine trained the run folders given (their provenance.jsonl), for the report."""
+    from trainers.provenance import describe_hardware, describe_versions
+
+    folders = [r if r.is_dir() else r.parent for r in runs]
+    return f"commits {describe_versions(folders)}; {describe_hardware(folders)}" if folders else ""
 
 
 def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +135,8 @@ def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
         acc = g.correct / g.n
         rho = stats.spearmanr(g.train_share, acc) if len(g) >= 3 and acc.nunique() > 1 else None
         low, high = g[g.train_share < 1 / 16], g[g.train_share >= 1 / 16]
-        out.append({"run": run, "sigma": g.sigma.iloc[0], "seed": g.seed.iloc[0], "split": split,
+        out.append({"run": run, "pe": g.pe.iloc[0], "sigma": g.sigma.iloc[0], "seed": g.seed.iloc[0],
+                    "data_seed": g.data_seed.iloc[0], "split": split,
                     "puzzles": int(g.n.sum()), "accuracy": float(g.correct.sum() / g.n.sum()),
                     "acc_cells_below_uniform_share": float(low.correct.sum() / low.n.sum()) if low.n.sum() else np.nan,
                     "puzzles_below": int(low.n.sum()),
@@ -125,12 +147,16 @@ def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: pd.DataFrame | None = None) -> str:
+def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: pd.DataFrame | None = None,
+           trained_by: str = "") -> str:
     """The report: the measured shift, per seed, with the givens table."""
     from trainers.tasks.lst_puzzles import LEVELS
 
-    g = givens.groupby(["level", "split"]).mean_givens.mean().unstack("split")
-    g = g.reindex([lvl for lvl in LEVELS if lvl in g.index])[[c for c in ("train", "test", "ood") if c in g.columns]]
+    filtered = summary.min_jaccard.max()
+    g = givens.assign(split=[f"{sp} ({'filter' if mj else 'no filter'})" for sp, mj in zip(givens.split, givens.min_jaccard)])
+    g = g.groupby(["level", "split"]).mean_givens.mean().unstack("split")
+    order = [f"{sp} ({f})" for f in ("filter", "no filter") for sp in ("train", "test", "ood")]
+    g = g.reindex([lvl for lvl in LEVELS if lvl in g.index])[[c for c in order if c in g.columns]]
     lines = ["# LST data: where the targets sit, and how many cells are given",
              "",
              f"Written by `python -m analyses.lst.data_check{' ' + ' '.join(argv) if argv else ''}` (the trainer's own "
@@ -139,17 +165,21 @@ def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: 
              "The training pool excludes puzzles within Jaccard distance of a held-out (OOD) puzzle, and the Jaccard "
              "sets include the target marker's cell. A candidate whose target sits where OOD targets sit shares that "
              "element with them and is rejected more often, so the filter moves training targets away from the OOD "
-             "targets' cells: a shift in where the target is, which is what a positional encoding encodes.",
+             "targets' cells: a shift in where the target is, which is what a positional encoding encodes. The "
+             "control is the same generator with no filter (`--min-jaccard 0`).",
              "",
-             "| seed | training puzzles | training share of a cell, min-max (uniform 6.25%) | Spearman ρ, training vs OOD target count over the 16 cells | training share of an OOD puzzle's target cell | of a test puzzle's |",
-             "| ---: | ---: | --- | --- | ---: | ---: |"]
+             "| seed | filter | training puzzles | training share of a cell, min-max (uniform 6.25%) | Spearman ρ, training vs OOD target count over the 16 cells | training share of an OOD puzzle's target cell |",
+             "| ---: | --- | ---: | --- | --- | ---: |"]
     for r in summary.itertuples():
-        lines.append(f"| {r.seed} | {r.train_puzzles:,} | {100 * r.train_share_min:.1f}%-{100 * r.train_share_max:.1f}% | "
-                     f"{r.spearman_train_vs_ood_counts:.2f} (p = {r.spearman_p:.2g}) | "
-                     f"{100 * r.train_share_of_ood_target_cell:.2f}% | {100 * r.train_share_of_test_target_cell:.2f}% |")
+        lines.append(f"| {r.seed} | {'Jaccard ≥ ' + format(r.min_jaccard, 'g') if r.min_jaccard else 'none (control)'} | "
+                     f"{r.train_puzzles:,} | {100 * r.train_share_min:.1f}%-{100 * r.train_share_max:.1f}% | "
+                     f"{r.spearman_train_vs_ood_counts:+.2f} (p = {r.spearman_p:.2g}) | "
+                     f"{100 * r.train_share_of_ood_target_cell:.2f}% |")
     lines += ["",
-              "Mean number of given cells per level and split (averaged over the seeds): the filter also keeps the "
-              "training puzzles with fewer givens than the OOD ones, as any Jaccard filter on given cells would.",
+              "Mean number of given cells per level and split (averaged over the seeds), with and without the filter: "
+              "the filter also keeps the training puzzles with fewer givens than the OOD ones, as any Jaccard filter "
+              "on given cells would. (The CSV's `train_share_of_test_target_cell` is at least 6.25% for any "
+              "non-uniform split by construction, so it is no control; the unfiltered rows are.)",
               "",
               "| level | " + " | ".join(g.columns) + " |", "| --- | " + " | ".join("---:" for _ in g.columns) + " |"]
     for level, row in g.iterrows():
@@ -173,12 +203,12 @@ def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: 
               f"{len(ood)} trained model(s) (`--runs`), each on its own splits: accuracy on puzzles whose target sits in "
               "a cell with less than the uniform 6.25% of training targets, against the other cells, and Spearman ρ "
               "over the 16 cells between the cell's training share and the accuracy there. Per model and cell in "
-              "`cell_accuracy.csv`, this table in `cell_summary.csv`.",
+              "`cell_accuracy.csv`, this table in `cell_summary.csv`." + (f" The models: {trained_by}." if trained_by else ""),
               "",
-              "| model | σ | split | accuracy | cells below uniform share (puzzles) | other cells (puzzles) | ρ(share, accuracy) over cells |",
-              "| --- | ---: | --- | ---: | --- | --- | --- |"]
+              "| model | PE | split | accuracy | cells below uniform share (puzzles) | other cells (puzzles) | ρ(share, accuracy) over cells |",
+              "| --- | --- | --- | ---: | --- | --- | --- |"]
     for r in per.itertuples():
-        lines.append(f"| {r.run} | {r.sigma:g} | {r.split} | {100 * r.accuracy:.1f}% | "
+        lines.append(f"| {r.run} | {r.pe}{f' σ={r.sigma:g}' if np.isfinite(r.sigma) else ''} | {r.split} | {100 * r.accuracy:.1f}% | "
                      f"{100 * r.acc_cells_below_uniform_share:.1f}% ({r.puzzles_below}) | "
                      f"{100 * r.acc_cells_at_or_above:.1f}% ({r.puzzles_at_or_above}) | "
                      + (f"{r.spearman_share_vs_accuracy:+.2f} (p = {r.spearman_p:.2g})" if np.isfinite(r.spearman_share_vs_accuracy) else "n/a")
@@ -188,8 +218,10 @@ def readme(summary: pd.DataFrame, givens: pd.DataFrame, argv: list[str], cells: 
         lines += ["", f"On the OOD split, accuracy in the cells at or above the uniform share minus that in the cells "
                       f"below it: {100 * gap.mean():+.1f} points on average over the {len(gap)} model(s) (range "
                       f"{100 * gap.min():+.1f} to {100 * gap.max():+.1f}; positive, i.e. better where training had more "
-                      f"targets, in {int((gap > 0).sum())} of {len(gap)}). Each OOD cell holds only a few puzzles (108 in all), "
-                      "so read single models' ρ with care; the models share the data seed, hence the same splits."]
+                      f"targets, in {int((gap > 0).sum())} of {len(gap)}). Each OOD cell holds only a few puzzles "
+                      f"({int(ood.puzzles.iloc[0])} in all for the first model), so read single models' ρ with care"
+                      + ("; the models share their data seed, hence the same splits." if per.data_seed.nunique() == 1
+                         else "; the models' data seeds differ, so their splits do too.")]
     lines.append("")
     return "\n".join(lines)
 
@@ -226,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out, args.force, inputs=args.runs)
         for run in args.runs:
             run_checkpoint(run)
-        cells = pd.concat([cell_accuracy(run) for run in args.runs], ignore_index=True) if args.runs else None
+        labels = run_labels(args.runs)
+        cells = (pd.concat([cell_accuracy(run, lab) for run, lab in zip(args.runs, labels)], ignore_index=True)
+                 if args.runs else None)
     except InputError as e:
         p.error(first_line(e))
-    per_seed = [split_tables(s, args.n_per_level, args.min_jaccard) for s in seeds]
+    per_seed = [split_tables(s, args.n_per_level, mj) for s in seeds
+                for mj in dict.fromkeys((args.min_jaccard, 0.0))]  # the filter, then the unfiltered control
     counts = pd.concat([c for c, _, _ in per_seed], ignore_index=True)
     givens = pd.concat([g for _, g, _ in per_seed], ignore_index=True)
     summary = pd.DataFrame([s for _, _, s in per_seed])
@@ -241,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         if cells is not None:
             cells.to_csv(stage / "cell_accuracy.csv", index=False)
             cell_summary(cells).to_csv(stage / "cell_summary.csv", index=False)
-        (stage / "README.md").write_text(readme(summary, givens, shown, cells))
+        (stage / "README.md").write_text(readme(summary, givens, shown, cells, trained_by(args.runs)))
     print(f"wrote {args.out}")
     return 0
 

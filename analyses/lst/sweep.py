@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     # a signal the caller ignores (nohup, `cmd &` in a script) stays ignored, as the Ctrl-C guard of analyze does
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN:
+        if handler is not signal.SIG_IGN and handler is not None:  # None: set outside Python, cannot be put back
             signal.signal(sig, stop)
     try:
         t0 = time.time()
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             runner.close()
     finally:
         for sig, handler in previous.items():
-            if handler is not None:  # None: set outside Python, cannot be put back
+            if handler is not None:
                 signal.signal(sig, handler)
     failed = [r.name for r in results if r.returncode != 0]
     log(f"sweep done in {time.time() - t0:.0f} s: {len(results) - len(failed)} trained, {len(failed)} failed"

@@ -123,6 +123,7 @@ def spans_decades(values) -> bool:
 def metrics_vs_by_figure(summary, frame, by: str, metrics: Sequence[str]):
     """One panel per metric: individual models (dots) and mean with 95% CI at each value of ``by``."""
     numeric = is_numeric(frame[by])
+    log_x = numeric and spans_decades(frame[by])  # one decision for every panel of the figure
     fig, axes = _grid(len(metrics))
     cats = list(dict.fromkeys(summary[by])) if not numeric else None
     for ax, metric in zip(axes, metrics):
@@ -142,7 +143,7 @@ def metrics_vs_by_figure(summary, frame, by: str, metrics: Sequence[str]):
                     label="mean ± 95% CI", zorder=2, alpha=0.9)
         rho, p, n = spearman(pts[by], pts[metric]) if numeric else (math.nan, math.nan, len(pts))
         ax.set_title(f"{metric}" + (f"\nSpearman ρ = {rho:.2f} (n = {n})" if np.isfinite(rho) else ""))
-        if numeric and spans_decades(xp):
+        if log_x:
             ax.set_xscale("log")
             ax.set_xlabel(f"{by} (log scale)")
         else:

@@ -45,7 +45,11 @@ def test_the_report_and_its_tables_are_written(tmp_path):
     out = tmp_path / "lst-data"
     assert DC.main(["--seeds", "0,1", "--n-per-level", "120", "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} >= {"README.md", "target_cells.csv", "givens.csv", "summary.csv"}
-    assert len(pd.read_csv(out / "target_cells.csv")) == 32 and len(pd.read_csv(out / "summary.csv")) == 2
+    summary = pd.read_csv(out / "summary.csv")  # each seed with the filter and without it (the control)
+    assert len(pd.read_csv(out / "target_cells.csv")) == 64 and len(summary) == 4
+    assert sorted(summary.min_jaccard.unique()) == [0.0, 0.8]
+    control = summary[summary.min_jaccard == 0]
+    assert (control.train_share_of_ood_target_cell > summary[summary.min_jaccard > 0].train_share_of_ood_target_cell.max()).all()
     assert "Spearman ρ, training vs OOD target count" in (out / "README.md").read_text()
 
 
@@ -91,3 +95,15 @@ def test_runs_add_the_per_cell_section_and_a_missing_run_is_refused(tiny_run, tm
     res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", "--runs", str(tmp_path / "nope"),
                           "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "no checkpoint there" in res.stderr and not (tmp_path / "o2").exists()
+
+
+def test_two_runs_of_one_name_are_refused_not_merged(tiny_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "elsewhere" / tiny_run.name
+    shutil.copytree(tiny_run, other)
+    res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", "--runs", str(tiny_run), str(other),
+                          "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "both named" in res.stderr and not (tmp_path / "o").exists()
+    labels = DC.run_labels([tiny_run / "last.pt", other.parent])
+    assert labels == [f"{tiny_run.name}/last.pt", "elsewhere"]

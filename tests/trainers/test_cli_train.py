@@ -494,7 +494,7 @@ def test_a_run_asked_with_an_ignored_sigma_says_so_and_a_plain_command_resumes_i
     assert "ignores" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("pe,flag,said", [("rope1d", "--no-pe-every-layer", True), ("none", "--pe-every-layer", True),
+@pytest.mark.parametrize("pe,flag,said", [("rope1d", "--no-pe-every-layer", True), ("none", "--pe-every-layer", False),
                                           ("relative", "--no-pe-every-layer", True), ("sin2d", "--no-pe-every-layer", False),
                                           ("rope1d", None, False)])
 def test_a_placement_flag_for_a_pe_that_adds_no_table_says_it_changes_nothing(tmp_path, capsys, pe, flag, said):

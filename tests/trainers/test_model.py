@@ -442,3 +442,38 @@ def test_compiled_cpu_step_keeps_the_matmul_attention():
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_the_masked_model_drops_out_the_embedding_once(every_layer):
+    from trainers.masked_model import MaskedPETransformer
+
+    coords = torch.stack(torch.meshgrid(torch.arange(4.0), torch.arange(4.0), indexing="ij"), -1).reshape(16, 2)
+    torch.manual_seed(0)
+    m = MaskedPETransformer(ModelConfig(d_model=24, n_layers=1, n_heads=2, mlp_ratio=2.0, dropout=0.5),
+                            PEConfig(kind="learned", every_layer=every_layer, init_std=0.5), coords, n_in=3, n_out=1).train()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("pe.table"):
+                p.zero_()
+    seen = []
+    m.blocks[0].attn.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach().clone()))
+    torch.manual_seed(3)
+    m(torch.ones(64, 16, 3))
+    assert 0.45 < float((seen[0] == 0).float().mean()) < 0.55
+
+
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_the_ensemble_forward_drops_out_the_embedding_once(every_layer, monkeypatch):
+    import trainers.ensemble as E
+
+    m = tiny("learned", every_layer=every_layer, dropout=0.5, n_layers=1).train()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("pe.table"):
+                p.zero_()
+    calls, linear = [], E._linear
+    monkeypatch.setattr(E, "_linear", lambda x, w, b: calls.append(x.detach().clone()) or linear(x, w, b))
+    torch.manual_seed(3)
+    E.explicit_forward(m, E.Stack.of([m, m]), torch.ones(2, 64, 16, 5))
+    assert 0.45 < float((calls[1] == 0).float().mean()) < 0.55  # block 0's qkv input (post-LN: the residual stream)
