@@ -259,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
         for run in args.runs:
             run_checkpoint(run)
         labels = run_labels(args.runs)
-        cells = (pd.concat([cell_accuracy(run, lab) for run, lab in zip(args.runs, labels)], ignore_index=True)
-                 if args.runs else None)
+        evaluated = []
+        for i, (run, lab) in enumerate(zip(args.runs, labels), 1):
+            print(f"[{i}/{len(args.runs)}] accuracy per target cell: {lab}", file=sys.stderr, flush=True)
+            evaluated.append(cell_accuracy(run, lab))
+        cells = pd.concat(evaluated, ignore_index=True) if evaluated else None
     except InputError as e:
         p.error(first_line(e))
-    per_seed = [split_tables(s, args.n_per_level, mj) for s in seeds
-                for mj in dict.fromkeys((args.min_jaccard, 0.0))]  # the filter, then the unfiltered control
+    per_seed = []
+    for s in seeds:
+        for mj in dict.fromkeys((args.min_jaccard, 0.0)):  # the filter, then the unfiltered control
+            print(f"splits of data seed {s}, min Jaccard {mj:g}", file=sys.stderr, flush=True)
+            per_seed.append(split_tables(s, args.n_per_level, mj))
     counts = pd.concat([c for c, _, _ in per_seed], ignore_index=True)
     givens = pd.concat([g for _, g, _ in per_seed], ignore_index=True)
     summary = pd.DataFrame([s for _, _, s in per_seed])
