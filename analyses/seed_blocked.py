@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses.lst.summary_stats import TIED, f3, mean_ci, merge_near_ties
+from analyses.lst.summary_stats import TIED, f3, mean_ci, merge_near_ties, spearman
 from analyses.lst.tables import md_table
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 
@@ -127,7 +127,7 @@ def lst_tables(lst: Path) -> dict[str, pd.DataFrame]:
                                         f"{LARGE_BAND:g} (one difference per seed)", **seed_difference(drop)}])
 
     trends = []
-    for name, wide, what in (("held-out accuracy", acc, "accuracy"), ("raw-table RSA (mean of layers)", rsa, "rsa")):
+    for name, wide, col in (("held-out accuracy", acc, "eval_ood_acc"), ("raw-table RSA (mean of layers)", rsa, "rsa_spearman")):
         for label, lo, hi in LST_RANGES:
             cols = (sig >= lo) & (sig <= hi)
             if cols.sum() < 3:  # no trend to test over fewer than 3 σ (a sweep without that range)
@@ -138,8 +138,7 @@ def lst_tables(lst: Path) -> dict[str, pd.DataFrame]:
             trends.append({"value": name, "σ range": label, "n_sigmas": int(cols.sum()), **page_trend(sub),
                            "seeds_rho_positive": int((rho > 0).sum()), "seeds_rho_negative": int((rho < 0).sum()),
                            "median_seed_rho": float(rho.median()),
-                           "pooled_rho": float(stats.spearmanr(pooled.sigma, pooled[{"accuracy": "eval_ood_acc",
-                                                                                     "rsa": "rsa_spearman"}[what]]).statistic),
+                           "pooled_rho": spearman(pooled.sigma, pooled[col])[0],
                            "n_runs_pooled": len(pooled)})
     trend = pd.DataFrame(trends)
 
@@ -160,11 +159,10 @@ def lst_tables(lst: Path) -> dict[str, pd.DataFrame]:
         centred = sub.groupby("sigma")[["eval_ood_acc", "rsa_spearman", "ref_procrustes_distance"]].transform(
             lambda c: c - c.mean())
         for col, name in (("rsa_spearman", "raw-table RSA"), ("ref_procrustes_distance", "Procrustes distance to the 2D sinusoid")):
-            pooled = stats.spearmanr(sub[col], sub.eval_ood_acc)
-            inside = stats.spearmanr(centred[col], centred.eval_ood_acc)
-            within.append({"runs": label, "measure": name, "n_runs": len(sub), "pooled_rho": float(pooled.statistic),
-                           "pooled_p": float(pooled.pvalue), "within_sigma_rho": float(inside.statistic),
-                           "within_sigma_p": float(inside.pvalue)})
+            pooled_rho, pooled_p, _ = spearman(sub[col], sub.eval_ood_acc)
+            inside_rho, inside_p, _ = spearman(centred[col], centred.eval_ood_acc)
+            within.append({"runs": label, "measure": name, "n_runs": len(sub), "pooled_rho": pooled_rho,
+                           "pooled_p": pooled_p, "within_sigma_rho": inside_rho, "within_sigma_p": inside_p})
     assoc = pd.DataFrame(within)
 
     types = read_table(lst / "table_types_ident.csv", ["run", "OOD %"])
@@ -209,9 +207,6 @@ def masked_table(folder: Path, kind: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-fmt = f3
-
-
 def markdown(df: pd.DataFrame) -> str:
     """A table as markdown, numbers at 3 significant digits."""
     return md_table(df.map(lambda v: f3(v) if isinstance(v, (float, np.floating)) else v)).rstrip("\n")
@@ -224,13 +219,13 @@ def trend_words(row: Any, value: str) -> str:
     """'accuracy rises with σ over R (Page p = ..., 8 of 8 seeds with ρ > 0)', or falls, or 'shows no detectable
     trend' (neither Page p below 0.05: not evidence of flatness with few seeds)."""
     if row.page_p_rising < ALPHA:
-        return (f"{value} rises with σ over {row.name} (Page p = {fmt(row.page_p_rising)}, {row.seeds_rho_positive} of "
+        return (f"{value} rises with σ over {row.name} (Page p = {f3(row.page_p_rising)}, {row.seeds_rho_positive} of "
                 f"{row.n_blocks} seeds with ρ > 0)")
     if row.page_p_falling < ALPHA:
-        return (f"{value} falls with σ over {row.name} (Page p = {fmt(row.page_p_falling)}, {row.seeds_rho_negative} of "
+        return (f"{value} falls with σ over {row.name} (Page p = {f3(row.page_p_falling)}, {row.seeds_rho_negative} of "
                 f"{row.n_blocks} seeds with ρ < 0)")
-    return (f"{value} shows no detectable trend over {row.name} (Page p = {fmt(row.page_p_rising)} for a rise, "
-            f"{fmt(row.page_p_falling)} for a fall)")
+    return (f"{value} shows no detectable trend over {row.name} (Page p = {f3(row.page_p_rising)} for a rise, "
+            f"{f3(row.page_p_falling)} for a fall)")
 
 
 def band_words(band: Any) -> str:
@@ -262,10 +257,10 @@ def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
         "## LST: large σ hurts",
         "",
         f"Held-out accuracy averaged over σ ≤ {SMALL_BAND:g} minus that over σ ≥ {LARGE_BAND:g}, one difference per "
-        f"seed with every σ of both bands: {fmt(100 * band['mean'])} points [{fmt(100 * band.ci_low)}, "
-        f"{fmt(100 * band.ci_high)}] (95% t-interval, {band.n_seeds} seeds), positive in {band.seeds_positive} of "
-        f"{band.n_seeds}; one-sided Wilcoxon p = {fmt(band.wilcoxon_p_greater)} (the smallest p this test can give "
-        f"here is {fmt(band.min_possible_p)}), t-test p = {fmt(band.t_p)}. {band_words(band)}",
+        f"seed with every σ of both bands: {f3(100 * band['mean'])} points [{f3(100 * band.ci_low)}, "
+        f"{f3(100 * band.ci_high)}] (95% t-interval, {band.n_seeds} seeds), positive in {band.seeds_positive} of "
+        f"{band.n_seeds}; one-sided Wilcoxon p = {f3(band.wilcoxon_p_greater)} (the smallest p this test can give "
+        f"here is {f3(band.min_possible_p)}), t-test p = {f3(band.t_p)}. {band_words(band)}",
         "",
         markdown(tables["lst_band_drop"]),
         "",
@@ -289,7 +284,7 @@ def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
     parts += [
         "## LST: the raw table at large σ and its starting draw",
         "",
-        f"Pearson r across seeds between a seed's raw-table RSA at σ = {fmt(draw.vs_sigma.iloc[0] if len(draw) else math.nan)} "
+        f"Pearson r across seeds between a seed's raw-table RSA at σ = {f3(draw.vs_sigma.iloc[0] if len(draw) else math.nan)} "
         "and at each smaller σ. Each seed starts every σ from the same Z_s scaled by σ; where training changes the "
         "table little compared with σ Z_s, the RSA is close to the RSA of Z_s, the same number at every large σ, and "
         "these correlations are high.",

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyses.lst.summary_stats import spearman
 from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +36,6 @@ def target_cells(puzzles: np.ndarray) -> np.ndarray:
 
 def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Per-cell target counts per split, givens per level and split, and the summary numbers for one seed."""
-    from scipy import stats
-
     from trainers.tasks.lst_generate import make_splits
     from trainers.tasks.lst_puzzles import LEVELS, TARGET
 
@@ -47,7 +46,7 @@ def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.Da
     counts.insert(0, "min_jaccard", min_jaccard)
     counts.insert(0, "seed", seed)
     share = counts["train"] / counts["train"].sum()
-    rho = stats.spearmanr(counts["train"], counts["ood"])
+    rho, rho_p, _ = spearman(counts["train"], counts["ood"])
     givens = []
     for name, s in splits.items():
         n_given = ((s.puzzles > 0) & (s.puzzles < TARGET)).sum(axis=1)
@@ -58,8 +57,7 @@ def split_tables(seed: int, n_per_level: int, min_jaccard: float) -> tuple[pd.Da
                                "mean_givens": float(n_given[sel].mean())})
     summary = {"seed": seed, "min_jaccard": min_jaccard, "train_puzzles": int(counts["train"].sum()), "ood_puzzles": int(counts["ood"].sum()),
                "train_share_min": float(share.min()), "train_share_max": float(share.max()),
-               "uniform_share": 1 / 16, "spearman_train_vs_ood_counts": float(rho.statistic),
-               "spearman_p": float(rho.pvalue),
+               "uniform_share": 1 / 16, "spearman_train_vs_ood_counts": rho, "spearman_p": rho_p,
                "train_share_of_ood_target_cell": float(share.to_numpy()[cells["ood"]].mean()),
                "train_share_of_test_target_cell": float(share.to_numpy()[cells["test"]].mean())}
     return counts, pd.DataFrame(givens), summary
@@ -127,13 +125,11 @@ def trained_by(runs: list[Path]) -> str:
 def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
     """Per run and split: Spearman ρ over the cells between the cell's training share and the accuracy on puzzles
     whose target sits there, and the accuracy in the cells below and at or above the uniform share."""
-    from scipy import stats
-
     out = []
     for (run, split), g in cells.groupby(["run", "split"], sort=False):
         g = g[g.n > 0]
         acc = g.correct / g.n
-        rho = stats.spearmanr(g.train_share, acc) if len(g) >= 3 and acc.nunique() > 1 else None
+        rho, rho_p, _ = spearman(g.train_share, acc)  # NaN with fewer than 3 cells or one accuracy
         low, high = g[g.train_share < 1 / 16], g[g.train_share >= 1 / 16]
         out.append({"run": run, "pe": g.pe.iloc[0], "sigma": g.sigma.iloc[0], "seed": g.seed.iloc[0],
                     "data_seed": g.data_seed.iloc[0], "split": split,
@@ -142,8 +138,7 @@ def cell_summary(cells: pd.DataFrame) -> pd.DataFrame:
                     "puzzles_below": int(low.n.sum()),
                     "acc_cells_at_or_above": float(high.correct.sum() / high.n.sum()) if high.n.sum() else np.nan,
                     "puzzles_at_or_above": int(high.n.sum()),
-                    "spearman_share_vs_accuracy": float(rho.statistic) if rho is not None else np.nan,
-                    "spearman_p": float(rho.pvalue) if rho is not None else np.nan})
+                    "spearman_share_vs_accuracy": rho, "spearman_p": rho_p})
     return pd.DataFrame(out)
 
 
