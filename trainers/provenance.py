@@ -67,12 +67,17 @@ def cpu_model() -> str:
 _BF16_FLAGS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"))
 
 
+def cpu_flags(cpuinfo_text: str) -> set[str] | None:
+    """The instruction-set flags of ``/proc/cpuinfo``'s text (its first ``flags`` line), None without one."""
+    line = next((ln for ln in cpuinfo_text.splitlines() if ln.startswith("flags")), None)
+    return None if line is None else set(line.split(":", 1)[1].split())
+
+
 def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> str:
     """'AMX', 'AVX512-BF16' or 'none': the CPU's native bf16 matrix units (what ``--bf16`` on the CPU runs on);
-    'unknown' where ``/proc/cpuinfo`` cannot be read."""
+    'unknown' where ``/proc/cpuinfo`` cannot be read or names no flags."""
     try:
-        with open(cpuinfo) as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+        flags = cpu_flags(Path(cpuinfo).read_text())
     except OSError:
         return "unknown"
     if flags is None:

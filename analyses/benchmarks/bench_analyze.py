@@ -157,11 +157,9 @@ def vector_extensions(cpuinfo: str) -> str:
     """The widest SIMD instruction set ``/proc/cpuinfo``'s flags name (AVX-512, AVX2, AVX, or "SSE only"): it
     decides which kernels numpy's BLAS and the compiled permutation / bootstrap kernels run, so timings from
     an AVX-512 and an AVX2 machine of one model name are not comparable."""
-    flags = set()
-    for ln in cpuinfo.splitlines():
-        if ln.startswith("flags"):
-            flags = set(ln.split(":", 1)[1].split())
-            break
+    from trainers.provenance import cpu_flags
+
+    flags = cpu_flags(cpuinfo) or set()
     for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")):
         if flag in flags:
             return name
