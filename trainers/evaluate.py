@@ -42,6 +42,13 @@ def encode_split(ps: Any, device: str | torch.device = "cpu") -> Split:
 EVAL_BATCH = 256
 
 
+def batch_logits(model: torch.nn.Module, split: Split, batch_size: int = EVAL_BATCH) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(logits, answers)`` of ``split`` in batches of ``batch_size``, in order (the caller sets eval mode and
+    no_grad)."""
+    for i in range(0, len(split), batch_size):
+        yield model(split.x[i : i + batch_size]), split.y[i : i + batch_size]
+
+
 @torch.no_grad()
 def split_metrics(model: torch.nn.Module, split: Split, prefix: str, batch_size: int = EVAL_BATCH) -> dict[str, float]:
     """``{prefix}_acc``, ``{prefix}_loss`` and ``{prefix}_acc_<level>`` for each level present."""
@@ -50,9 +57,7 @@ def split_metrics(model: torch.nn.Module, split: Split, prefix: str, batch_size:
     was_training = model.training
     model.eval()
     correct, losses = [], []
-    for i in range(0, len(split), batch_size):
-        logits = model(split.x[i : i + batch_size])
-        y = split.y[i : i + batch_size]
+    for logits, y in batch_logits(model, split, batch_size):
         correct.append(logits.argmax(-1) == y)
         losses.append(F.cross_entropy(logits, y, reduction="sum"))
     model.train(was_training)

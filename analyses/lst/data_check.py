@@ -9,8 +9,9 @@ The training pool excludes every puzzle within Jaccard distance `--min-jaccard` 
 whose target sits where many OOD targets sit shares that element with them and is rejected more often: the
 filter moves training targets away from the OOD targets' cells. In a study of positional encodings that is a
 shift in exactly what the PE encodes, so this check measures it (per cell: training and OOD target counts and
-their Spearman ρ over the 16 cells; the training share of an OOD puzzle's target cell against a test puzzle's)
-with the number of given cells per level and split, which any Jaccard filter also shifts.
+their Spearman ρ over the 16 cells; the training share of an OOD puzzle's target cell), against the same
+generator with no filter as the control, with the number of given cells per level and split, which any Jaccard
+filter also shifts. With --runs, trained models' accuracy per target cell says what the shift costs.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def cell_accuracy(source: Path, label: str | None = None) -> pd.DataFrame:
     import torch
 
     from trainers.checkpoint import load_checkpoint
-    from trainers.evaluate import encode_split, model_from_checkpoint
+    from trainers.evaluate import batch_logits, encode_split, model_from_checkpoint
     from trainers.pe import init_matters
     from trainers.train import load_splits
 
@@ -100,10 +101,8 @@ def cell_accuracy(source: Path, label: str | None = None) -> pd.DataFrame:
     share = np.bincount(target_cells(splits["train"].puzzles), minlength=16) / len(splits["train"])
     rows = []
     for name, ps in splits.items():
-        split = encode_split(ps)
-        with torch.no_grad():
-            correct = torch.cat([model(split.x[i:i + 256]).argmax(-1) == split.y[i:i + 256]
-                                 for i in range(0, len(split), 256)]).numpy()
+        with torch.no_grad():  # the model is in eval mode (model_from_checkpoint)
+            correct = torch.cat([logits.argmax(-1) == y for logits, y in batch_logits(model, encode_split(ps))]).numpy()
         cells = target_cells(ps.puzzles)
         for c in range(16):
             sel = cells == c
