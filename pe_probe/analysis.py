@@ -26,6 +26,7 @@ from .procrustes import apply_alignment, procrustes_align, protest
 from .recovery import METHODS, cmds_embed, pca_embed, smacof_embed, tied_at_cut, umap_embed
 from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
+from .roundoff import FLOAT64, distance_error, storage_roundoff
 from .spectrum import explained_variance_ratio, participation_ratio
 from .validation import (
     as_float_array,
@@ -51,7 +52,21 @@ def as_ground_truth(ground_truth: GroundTruth | np.ndarray | str) -> GroundTruth
     coords = as_float_array(ground_truth, "ground truth")
     if coords.ndim == 1:
         coords = coords[:, None]
-    return GroundTruth(coords=coords, spec="array", kind="file", shape=None)
+    return GroundTruth(coords=coords, spec="array", kind="file", shape=None, roundoff=storage_roundoff(ground_truth))
+
+
+FLOAT64_ULPS = 8  # rounding errors float64 coordinates may carry from the arithmetic that made them, in ulps
+
+
+def _storage_atol(x: np.ndarray, roundoff: float, metric: str) -> float:
+    """The rounding error ``x``'s storage (unit roundoff ``roundoff``) can put in a distance between its rows, for
+    `distances.merge_near_ties`. float64 values are taken to carry up to `FLOAT64_ULPS` ulps from the arithmetic
+    that made them (a rotation, an offset); narrower storage rounds once, after that arithmetic. 0 for the
+    correlation metric (centring can magnify a row's rounding without bound)."""
+    if metric == "correlation":
+        return 0.0
+    u = max(roundoff, FLOAT64_ULPS * FLOAT64)
+    return 4.0 * u if metric == "cosine" else distance_error(x, u)
 
 
 def _tie_notes(sv: np.ndarray, cmds_vals: np.ndarray, k: int, pe_metric: str, methods: Sequence[str]) -> list[str]:
@@ -175,6 +190,7 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     if not allow_reflection:
         raise InputError(NO_REFLECTION_REFUSED)
     P = check_table(table)
+    table_roundoff = storage_roundoff(table)
     check_fits_in_memory(P.shape[0])
     gt = as_ground_truth(ground_truth)
     G = check_coords(gt.coords, P.shape[0])
@@ -207,8 +223,9 @@ def analyze(table, ground_truth, *, pe_metric: str = "euclidean", methods: str |
     stage("distances")
     pe_sq = dist.square_distances(P, pe_metric)
     gt_sq = dist.square_distances(G, "euclidean")
-    pe_d, pe_order = rsa_distances(pe_sq, pe_metric)
-    gt_d, gt_order = rsa_distances(gt_sq, "euclidean")
+    pe_d, pe_order = rsa_distances(pe_sq, pe_metric, _storage_atol(P, table_roundoff, pe_metric))
+    gt_d, gt_order = rsa_distances(gt_sq, "euclidean", _storage_atol(G, gt.roundoff, "euclidean"))
+    gt_sq = dist.squareform(gt_d)  # the neighbourhoods see RSA's ties (their 1e-9 tolerance keeps merged ones equal)
     if np.ptp(pe_d) == 0:
         raise InputError("all rows of the table are equidistant (e.g. a constant table); there is no geometry to compare: "
                          "check that --param / --layer pick the learned PE (an untrained zero-initialised table is "

@@ -62,7 +62,11 @@ def euclidean_rows(xc: np.ndarray, start: int, stop: int, rel: float = 1e-4, chu
     return np.sqrt(d2, out=d2)
 
 
-def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, return_order: bool = False):
+SEPARATION = 4  # storage-level ties: clusters at least this many tolerances apart (`merge_near_ties`)
+
+
+def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, return_order: bool = False,
+                    storage_atol: float = 0.0):
     """Copy of ``v`` in which values that differ only by floating-point rounding are made equal.
 
     Distances that are equal in exact arithmetic (a grid's ground truth, a sinusoid table) come out
@@ -73,6 +77,11 @@ def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, retur
     ``atol``: a table whose rows all point one way has distances that are pure rounding noise.
     With ``return_order`` also returns the argsort used, which sorts the result too (callers reuse it
     instead of sorting again).
+
+    ``storage_atol`` is the rounding error the inputs' storage can put in a value (float32 or 6-digit text
+    coordinates: `pe_probe.roundoff`), far above float64's. Values that close are ties too, but only where all
+    values fall into clusters no wider than it, each more than `SEPARATION` times it from the next (a rounded
+    grid's distances); continuous values (gaps of every size, chains of small ones) keep the tolerance above.
     """
     v = np.asarray(v, dtype=np.float64)
     if v.size < 2:
@@ -80,9 +89,20 @@ def merge_near_ties(v: np.ndarray, rtol: float = 1e-11, atol: float = 0.0, retur
     order = np.argsort(v)
     vs = v[order]
     scale = float(np.max(np.abs(vs)))
+    gaps = np.diff(vs)
+    tol = max(rtol * scale, atol)
     new = np.empty(len(vs), dtype=bool)
     new[0] = True
-    new[1:] = np.diff(vs) > max(rtol * scale, atol)
+    if storage_atol > tol:
+        new[1:] = gaps > storage_atol
+        starts = np.flatnonzero(new)
+        ends = np.append(starts[1:], len(vs)) - 1
+        spread = vs[ends] - vs[starts] > storage_atol  # chains, not clusters
+        crowded = (gaps > storage_atol) & (gaps <= SEPARATION * storage_atol)  # clusters with values close by
+        if np.any(spread) or np.any(crowded):  # continuous values, not ties blurred by rounding
+            new[1:] = gaps > tol
+    else:
+        new[1:] = gaps > tol
     starts = np.flatnonzero(new)
     out = np.empty_like(v)
     out[order] = vs[starts][np.cumsum(new) - 1]
@@ -99,9 +119,11 @@ def pairwise(x: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     return condensed(square_distances(x, metric))
 
 
-def rsa_distances(square: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+def rsa_distances(square: np.ndarray, metric: str, storage_atol: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """The condensed distances RSA ranks, with their sort order.
 
     Distances equal in exact arithmetic (grid ground truths, sinusoid tables) differ by rounding once the
-    coordinates are scaled, shifted or rotated; they are merged so that ranks and ties do not depend on it."""
-    return merge_near_ties(condensed(square), atol=0.0 if metric == "euclidean" else 1e-12, return_order=True)
+    coordinates are scaled, shifted or rotated, or stored in float32; they are merged so that ranks and ties do
+    not depend on it (``storage_atol``: the storage's rounding error in a distance, `merge_near_ties`)."""
+    return merge_near_ties(condensed(square), atol=0.0 if metric == "euclidean" else 1e-12, return_order=True,
+                           storage_atol=storage_atol)

@@ -20,6 +20,7 @@ import numpy as np
 
 from pe_probe.errors import InputError, show_path
 from pe_probe.filechecks import check_not_special
+from pe_probe.roundoff import FLOAT64, decimal_roundoff, storage_roundoff
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -37,12 +38,16 @@ class GroundTruth:
     spec : where it came from, as given (e.g. ``"grid:4x4"``, ``"coords.npy"``, ``"checkpoint"``).
     kind : ``"line"``, ``"grid"``, ``"file"`` or ``"checkpoint"``.
     shape : grid shape ``(H, W)`` / ``(H, W, D)``, ``(N,)`` for a line, ``None`` when unknown.
+    roundoff : relative precision the coordinates were stored at (`pe_probe.roundoff`): float64's for
+        built-ins and float64 files, float32's for float32 arrays, ~5e-6 for text at 6 significant digits.
+        Distances that differ by less than such rounding can put in them count as ties where they cluster.
     """
 
     coords: np.ndarray
     spec: str
     kind: str
     shape: tuple[int, ...] | None
+    roundoff: float = FLOAT64
 
     @property
     def n(self) -> int:
@@ -122,12 +127,14 @@ def ground_truth_from_checkpoint(gt: dict[str, Any], source: str | os.PathLike |
     if not isinstance(gt, dict) or "coords" not in gt:
         raise InputError(f"{name}: its ground_truth must be a dict with a 'coords' entry [N, k]; "
                          f"pass --ground-truth, or re-save the checkpoint")
-    coords = _validate_coords(_checkpoint_coords(gt["coords"], name), f"{name}: ground_truth")
+    raw = _checkpoint_coords(gt["coords"], name)
+    coords = _validate_coords(raw, f"{name}: ground_truth")
     kind = gt.get("kind")
     kind = kind.lower() if isinstance(kind, str) else "checkpoint"
     if kind not in ("line", "grid"):
         kind = "checkpoint"
-    return GroundTruth(coords, "checkpoint", kind, _layout_shape(gt.get("shape"), coords.shape[0]))
+    return GroundTruth(coords, "checkpoint", kind, _layout_shape(gt.get("shape"), coords.shape[0]),
+                       storage_roundoff(raw))
 
 
 MAX_CHECKPOINT_COORD_VALUES = 16_000_000  # N x k: 16 axes at the most positions; 128 MB as float64
@@ -217,10 +224,11 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
 
 
 def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file",
-                     true_columns: bool = False) -> tuple[list[str] | None, np.ndarray]:
-    """`read_number_table`, also returning the header row it skipped (its stripped cells), or None. With
-    ``true_columns``, a header naming ``true_0 .. true_{k-1}`` selects those columns, and only they must be numbers
-    (pe-probe's own embedding.csv and layout.csv hold other columns, some of them text)."""
+                     true_columns: bool = False) -> tuple[list[str] | None, np.ndarray, float]:
+    """`read_number_table`, also returning the header row it skipped (its stripped cells), or None, and the
+    numbers' relative precision as written (`pe_probe.roundoff.decimal_roundoff`). With ``true_columns``, a
+    header naming ``true_0 .. true_{k-1}`` selects those columns, and only they must be numbers (pe-probe's own
+    embedding.csv and layout.csv hold other columns, some of them text)."""
     path = Path(path)
     rows: list[tuple[int, list[str]]] = []  # (line number, cells)
     try:
@@ -259,7 +267,7 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
                 raise InputError(
                     f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
                 ) from None
-    return names, out
+    return names, out, decimal_roundoff(cells[c] for _, cells in rows for c in keep)
 
 
 def _parse_builtin(text: str, kind: str, sizes: str) -> GroundTruth:
@@ -291,9 +299,10 @@ def _from_file(text: str) -> GroundTruth:
         raise InputError(f"ground truth file {text} not found; give an existing file or one of {ACCEPTED_FORMS}")
     if suffix == ".npy":
         coords = load_npy(path, "ground truth")
+        roundoff = storage_roundoff(coords)
     else:
-        coords = read_named_table(path, header=suffix == ".csv", what="ground truth", true_columns=True)[1]
-    return GroundTruth(_validate_coords(coords, text), text, "file", None)
+        _, coords, roundoff = read_named_table(path, header=suffix == ".csv", what="ground truth", true_columns=True)
+    return GroundTruth(_validate_coords(coords, text), text, "file", None, roundoff)
 
 
 _TRUE_COLUMN = re.compile(r"true_(\d+)")
