@@ -2,13 +2,57 @@
 
 numba comes with umap-learn, a regular dependency. Each kernel has a plain-numpy reference in the
 tests (`tests/test_stats.py`).
+
+numba's on-disk cache is not safe for processes that compile into it at once: each rewrites the kernel's
+index and numbers its compiled files by the index it read, so two analyses started together (parallel
+workers, a test run beside a CLI run) could leave an index that names another variant's file, after which
+every bootstrap failed with "NRT_adapt_ndarray_to_python ... descr is NULL". Kernels are therefore
+loaded or compiled (`_compiled_call`) under a file lock shared by the user's processes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+
 import numpy as np
 
 _cache: dict[str, object] = {}
+LOCK_NAME = "pe-probe-numba-cache.lock"  # in the temporary folder: one lock for every cache folder
+
+
+@contextlib.contextmanager
+def cache_lock():
+    """Hold an exclusive lock on `LOCK_NAME` (blocking) while numba reads or writes its cache; without fcntl
+    (Windows) or a writable temporary folder, no lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        yield
+        return
+    path = os.path.join(tempfile.gettempdir(), f"{LOCK_NAME}.{os.getuid()}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _compiled_call(fn, *args):
+    """``fn(*args)``, a numba dispatcher, first loading or compiling its variant for these argument types under
+    `cache_lock` (the call itself runs outside the lock, so analyses still run side by side)."""
+    numba = _numba()
+    sig = tuple(numba.typeof(a) for a in args)
+    if sig not in fn.signatures:
+        with cache_lock():
+            fn.compile(sig)
+    return fn(*args)
 
 
 def _numba():
@@ -226,8 +270,8 @@ def _bootstrap_kernel(R: int):
 
 def permuted_upper_dots(A: np.ndarray, B: np.ndarray, perms: np.ndarray) -> np.ndarray:
     """For each permutation p: sum over i<j of A[i, j] * B[p[i], p[j]] (A, B square)."""
-    fn = _get("permuted_upper_dots")
-    return fn(np.ascontiguousarray(A), np.ascontiguousarray(B), np.ascontiguousarray(perms, dtype=np.uint32))
+    return _compiled_call(_get("permuted_upper_dots"), np.ascontiguousarray(A), np.ascontiguousarray(B),
+                          np.ascontiguousarray(perms, dtype=np.uint32))
 
 
 def bootstrap_spearman(counts: np.ndarray, cache1, cache2, block: int | None = None) -> np.ndarray:
@@ -251,13 +295,13 @@ def bootstrap_spearman(counts: np.ndarray, cache1, cache2, block: int | None = N
     counts_t[:, :n_res] = counts.T
     g2 = cache2.gid_of_pair[cache1.order]
     fn = _bootstrap_kernel(block)
-    return fn(counts_t, cache1.i_sorted, cache1.j_sorted, cache1.group_starts, g2, cache2.n_groups)[:n_res]
+    return _compiled_call(fn, counts_t, cache1.i_sorted, cache1.j_sorted, cache1.group_starts, g2,
+                          cache2.n_groups)[:n_res]
 
 
 def guttman_step(x: np.ndarray, delta: np.ndarray, tol: float = 0.0) -> tuple[np.ndarray, float]:
     """(Guttman transform of x, raw stress sum_{i<j} (d_ij(x) - delta_ij)^2 of x). Points of x closer than ``tol``
     pull on each other as points at distance 0 do (not at all): their rounding-level distance would otherwise
     decide how they separate."""
-    fn = _get("guttman_step")
-    out, stress = fn(np.ascontiguousarray(x, dtype=np.float64), delta, float(tol))
+    out, stress = _compiled_call(_get("guttman_step"), np.ascontiguousarray(x, dtype=np.float64), delta, float(tol))
     return out, float(stress)
