@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import os
+import tokenize
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Callable
 
@@ -43,9 +45,12 @@ def _read_header(fh: IO[bytes], label: str, what: str) -> tuple[tuple[int, ...],
             shape, _fortran, dtype = npf._read_array_header(fh, version)
         else:
             raise ValueError(f"unknown format version {version}")
-    except (ValueError, EOFError, OSError, SyntaxError, TypeError) as e:
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError, tokenize.TokenError) as e:  # numpy tokenizes it
         raise InputError(f"{label}: not a readable .npy file (a malformed or truncated header: {_first_line(e)}); "
                          f"save the {what} with np.save") from None
+    if any(int(s) < 0 for s in shape):
+        raise InputError(f"{label}: not a readable .npy file (its header claims a negative size, shape {tuple(shape)}); "
+                         f"save the {what} with np.save")
     if dtype.hasobject:
         raise InputError(f"{label}: not a plain numeric .npy array (Python objects, which pe-probe never unpickles); "
                          f"save the {what} as numbers with np.save")
@@ -87,6 +92,11 @@ def open_npy(path: Path, what: str = "table") -> tuple[tuple[int, ...], np.dtype
     return shape, dtype, read
 
 
+# what reading a damaged zip member raises: also an encrypted member (RuntimeError), an unknown compression
+# method (NotImplementedError) and a corrupt deflate stream (zlib.error)
+_ZIP_MEMBER_ERRORS = (EOFError, OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError, zlib.error)
+
+
 def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[[], np.ndarray]]]:
     """Every array member of an ``.npz`` as (shape, dtype, reader), from the members' headers alone.
 
@@ -104,6 +114,8 @@ def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[
                     continue
                 key = info.filename[:-4]
                 mlabel = f"{label} (array {key!r})"
+                if key in out:  # numpy's own reader would silently take the last one
+                    raise InputError(f"{label}: holds two arrays named {key!r}; the file is crafted or corrupt: {fix}")
                 with zf.open(info) as fh:
                     shape, dtype, offset = _read_header(fh, mlabel, "arrays")
                 _check_claim(shape, dtype, info.file_size - offset, mlabel, "arrays")
@@ -114,14 +126,14 @@ def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[
                     try:
                         with zipfile.ZipFile(path) as z, z.open(info) as f:
                             return npf.read_array(f, allow_pickle=False)
-                    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                    except _ZIP_MEMBER_ERRORS as e:
                         raise InputError(f"{mlabel}: not readable ({_first_line(e)}); {fix}") from None
 
                 out[key] = (shape, dtype, read)
     except InputError:
         raise
-    except (EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
-        raise InputError(f"{label}: not a readable .npz file (empty or truncated: {_first_line(e)}); {fix}") from None
+    except _ZIP_MEMBER_ERRORS as e:
+        raise InputError(f"{label}: not a readable .npz file (empty, truncated or damaged: {_first_line(e)}); {fix}") from None
     if not out:
         raise InputError(f"{label}: the .npz holds no arrays; {fix}")
     return out
@@ -163,7 +175,7 @@ def check_torch_pickle(path: Path) -> None:
         if not zipfile.is_zipfile(path):
             return
         with zipfile.ZipFile(path) as zf:
-            sizes = [i.file_size for i in zf.infolist() if i.filename.endswith(".pkl")]
+            sizes = [i.file_size for i in zf.infolist() if i.filename.lower().endswith(".pkl")]  # torch: any case
     except (OSError, zipfile.BadZipFile, ValueError):
         return  # torch.load says what is wrong with it
     if sizes and max(sizes) > MAX_TORCH_PICKLE_BYTES:

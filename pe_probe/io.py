@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator, Mapping
@@ -571,12 +572,12 @@ def _pickle_has_code(path: Path) -> bool:
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist() if n.endswith(".pkl")]
+                names = [n for n in zf.namelist() if n.lower().endswith(".pkl")]
                 data = zf.read(names[0]) if names else b""
         else:
             data = path.read_bytes()
-    except OSError:
-        return False
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):
+        return False  # a damaged zip (its first bytes overwritten, an encrypted or unknown-method member)
     stream = _io.BytesIO(data)
     for _ in range(LEGACY_PICKLES):
         if stream.tell() >= len(data):
@@ -920,6 +921,9 @@ def _as_table(store: _Store, name: str, label: str) -> np.ndarray:
     return _read_rows(store, name, label, 0, rows)
 
 
+MAX_TENSOR_DIMS = 64  # numpy's limit (NPY_MAXDIMS)
+
+
 def _table_shape(store: _Store, name: str, label: str) -> tuple[int, int]:
     """The (rows, dims) a tensor would give as a table, from its claimed dtype and shape alone (nothing is read);
     InputError when it cannot be a table."""
@@ -941,6 +945,9 @@ def _table_shape(store: _Store, name: str, label: str) -> tuple[int, int]:
             raise InputError(f"{label}: is an integer/bool tensor ({dtype_note}shape {shape}), e.g. position ids, not a "
                              f"PE table; {fix}")
         raise InputError(f"{label}: holds {dtype or kind} values, not numbers; {fix}")
+    if len(shape) > MAX_TENSOR_DIMS:  # numpy holds at most 64: the conversion would fail after every check
+        raise InputError(f"{label}: has {len(shape)} dimensions, more than the {MAX_TENSOR_DIMS} numpy can hold; "
+                         f"reshape it to (positions, dims) and save it again")
     dims = list(shape)
     while len(dims) > 2 and dims[0] == 1:
         dims = dims[1:]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
+from pathlib import Path
 from typing import Any
 
 from pe_probe.errors import torch_load_reason, utf8_name
+from pe_probe.filechecks import check_torch_pickle
 
 
 def read_torch_file(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> Any:
@@ -20,8 +22,11 @@ def read_torch_file(path: str | os.PathLike, map_location: Any = "cpu", mmap: bo
 
     Without torch's "Detected pickle protocol 4" warning (a stray stderr line before a one-line error), and
     for a file name that is not UTF-8 too: torch's C++ reader takes UTF-8 names only, so such a file is
-    opened here and handed over as a file object (not memory-mapped)."""
+    opened here and handed over as a file object (not memory-mapped). A zip whose pickle is larger than any
+    real checkpoint's is refused first (`check_torch_pickle`: InputError), before torch inflates it."""
     import torch
+
+    check_torch_pickle(Path(path))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

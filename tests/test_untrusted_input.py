@@ -199,12 +199,77 @@ def test_npz_members_are_read_only_when_chosen(tmp_path):
     assert load_table(tmp_path / "two.npz", param="pos_embed").table.shape == (16, 4)
 
 
-def test_torch_zip_with_a_huge_pickle_is_refused_before_unpickling(tmp_path, capsys):
-    with zipfile.ZipFile(tmp_path / "bomb.pt", "w") as zf:  # 17 MiB of NONE opcodes, deflated to ~17 KB
+def _pickle_bomb(path, name: str = "a/data.pkl"):
+    with zipfile.ZipFile(path, "w") as zf:  # 17 MiB of NONE opcodes, deflated to ~17 KB
         zf.writestr("a/byteorder", "little")
         zf.writestr("a/version", "3\n")
-        zf.writestr("a/data.pkl", b"\x80\x02(" + b"N" * (17 << 20) + b".", compress_type=zipfile.ZIP_DEFLATED)
-    refuse(["analyze", tmp_path / "bomb.pt", "-g", "line:16", *FAST], capsys, "its pickle (data.pkl) is 17,825,796 bytes")
+        zf.writestr(name, b"\x80\x02(" + b"N" * (17 << 20) + b".", compress_type=zipfile.ZIP_DEFLATED)
+    return path
+
+
+@pytest.mark.parametrize("name", ["a/data.pkl", "a/DATA.PKL"])  # torch's zip reader finds either
+def test_torch_zip_with_a_huge_pickle_is_refused_before_unpickling(tmp_path, capsys, name):
+    bomb = _pickle_bomb(tmp_path / "bomb.pt", name)
+    refuse(["analyze", bomb, "-g", "line:16", *FAST], capsys, "its pickle (data.pkl) is 17,825,796 bytes")
+
+
+def test_trainers_checkpoint_reader_refuses_a_huge_pickle_too(tmp_path, capsys):
+    """`evaluate` and `analyze --attention-reference` read checkpoints through trainers.checkpoint."""
+    from trainers.checkpoint import last_epoch, load_checkpoint
+
+    bomb = _pickle_bomb(tmp_path / "last.pt")
+    with pytest.raises(InputError, match="its pickle"):
+        load_checkpoint(bomb)
+    assert last_epoch(tmp_path) is None  # unreadable, at once
+
+
+def _npy_with_header(header: bytes) -> bytes:
+    import struct
+
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header
+
+
+def _zip_flag_member(src, dst, offset: int, value: bytes):
+    """A copy of zip ``src`` with bytes at ``offset`` of both headers of its first member replaced (local header
+    offset, and the central directory's same field 16 bytes further on, as zip lays them out)."""
+    data = bytearray(src.read_bytes())
+    local = data.index(b"PK\x03\x04")
+    central = data.index(b"PK\x01\x02")
+    data[local + offset:local + offset + len(value)] = value
+    data[central + offset + 2:central + offset + 2 + len(value)] = value
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_damaged_npy_and_npz_files_are_one_line_errors(tmp_path, capsys):
+    (tmp_path / "tok.npy").write_bytes(_npy_with_header(b"{'descr': ("))  # numpy's tokenizer fails on it
+    refuse(["analyze", tmp_path / "tok.npy", "-g", "line:16", *FAST], capsys, "malformed or truncated header")
+    refuse(["analyze", tmp_path / "tok.npy", "-g", "line:16", *FAST], capsys, "np.save")
+    np.save(tmp_path / "ok.npy", np.ones((16, 4)))
+    refuse(["analyze", tmp_path / "ok.npy", "-g", tmp_path / "tok.npy", *FAST], capsys, "malformed or truncated header")
+    (tmp_path / "neg.npy").write_bytes(_npy_with_header(b"{'descr': '<f8', 'fortran_order': False, 'shape': (-16, 8), }\n"))
+    refuse(["analyze", tmp_path / "neg.npy", "-g", "line:16", *FAST], capsys, "claims a negative size")
+    np.savez(tmp_path / "ok.npz", pos_embed=np.ones((16, 4)))
+    enc = _zip_flag_member(tmp_path / "ok.npz", tmp_path / "enc.npz", 6, b"\x01\x00")  # "encrypted"
+    refuse(["analyze", enc, "-g", "line:16", *FAST], capsys, "not a readable .npz")
+    unk = _zip_flag_member(tmp_path / "ok.npz", tmp_path / "unk.npz", 8, b"\x63\x00")  # compression method 99
+    refuse(["analyze", unk, "-g", "line:16", *FAST], capsys, "not a readable .npz")
+    with zipfile.ZipFile(tmp_path / "dup.npz", "w") as zf, zipfile.ZipFile(tmp_path / "ok.npz") as src:
+        member = src.read("pos_embed.npy")
+        zf.writestr("pos_embed.npy", member)
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            zf.writestr("pos_embed.npy", member)
+    refuse(["analyze", tmp_path / "dup.npz", "-g", "line:16", *FAST], capsys, "holds two arrays named 'pos_embed'")
+
+
+def test_torch_zip_with_damaged_magic_and_tensors_of_many_dims_are_one_line_errors(tmp_path, capsys):
+    torch.save({"pos_embed": torch.randn(16, 8)}, tmp_path / "ok.pt")
+    data = bytearray((tmp_path / "ok.pt").read_bytes())
+    data[:4] = b"\0" * 4  # torch then takes it for a legacy file; the zip directory is still there
+    (tmp_path / "zero4.pt").write_bytes(bytes(data))
+    refuse(["analyze", tmp_path / "zero4.pt", "-g", "line:16", *FAST], capsys, "zero4.pt")
+    torch.save({"pos_embed": torch.randn(16, 8).reshape((1,) * 70 + (16, 8))}, tmp_path / "dims70.pt")
+    refuse(["analyze", tmp_path / "dims70.pt", "-g", "line:16", *FAST], capsys, "72 dimensions, more than the 64")
 
 
 def _safetensors(path, dtype, shape, data: bytes):

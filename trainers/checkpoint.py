@@ -121,6 +121,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     check_safe_torch_loader(path)
     try:
         ckpt = read_torch_file(path, map_location)
+    except InputError as e:  # refused before torch read it (a pickle larger than any checkpoint's)
+        raise CheckpointRefused(str(e), str(e).split("; ")[0]) from None
     except Exception as e:  # truncated file, foreign pickle, not a torch file at all, ...
         reason = torch_file_reason(e)
         raise CheckpointRefused(f"cannot read checkpoint {path}: {reason}; pass the .pt file of a run (e.g. RUN/last.pt)",
