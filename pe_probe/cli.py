@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to analyse: raw = the table (default); q/k/qk = the table as the first attention "
                    "layer reading it sees it (after its layer norm, through W_Q/W_K); kernel = the positional "
                    "attention kernel softmax(QK^T/sqrt(d)); attention = attention maps on task data averaged "
-                   "over puzzles (our checkpoints)")
+                   "over puzzles (our Latin Square Task checkpoints)")
     a.add_argument("--attention-reference", metavar="CKPT", help="with --view attention: a reference checkpoint "
                    "(e.g. the 2D-sinusoid model) for the cosine similarity of attention maps")
     a.add_argument("--out", "-o", type=_folder, metavar="DIR", help="report folder (metrics.json, metrics.csv, embedding.csv, "

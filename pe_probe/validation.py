@@ -103,8 +103,10 @@ def check_coords(coords, n_positions: int, name: str = "ground truth") -> np.nda
         extra = n_positions - arr.shape[0]
         tokens = (f"if its first {extra} row(s) are extra tokens (CLS, distillation, offset rows), pass "
                   f"--drop-extra-tokens {extra}; else " if extra in (1, 2) else "")
+        rows = ("or select the table's rows with --positions A:B" if extra > 0 else
+                "or pick the table that has them (--param, --layer): slicing the table cannot add rows")
         raise InputError(f"{name} has {arr.shape[0]} positions but the PE table has {n_positions}; {tokens}"
-                         f"pass a matching --ground-truth or select rows with --positions A:B")
+                         f"pass a matching --ground-truth, {rows}")
     if not np.isfinite(arr).all():
         raise InputError(f"{name}: contains NaN/Inf coordinates; give finite coordinates for every position")
     big = float(np.max(np.abs(arr)))

@@ -677,3 +677,9 @@ def test_a_protocol_4_torch_file_is_not_said_to_hold_code(tmp_path):
 
     (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"a": Evil()}, protocol=4))
     assert _pickle_has_code(tmp_path / "evil.pkl")  # still found through the memo
+
+
+def test_a_longer_ground_truth_is_not_told_to_slice_the_table(capsys):
+    err = refuse(["analyze", "builtin:sin2d:4x4", "-g", "grid:5x5", *FAST], capsys, "slicing the table cannot add rows")
+    assert "--positions" not in err
+    refuse(["analyze", "builtin:sin2d:4x4", "-g", "grid:3x3", *FAST], capsys, "select the table's rows with --positions A:B")

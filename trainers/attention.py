@@ -120,7 +120,8 @@ def attention_model(ckpt_path: str | os.PathLike, puzzles: Any = None, n_puzzles
     config = ckpt.get("config")
     task = config.get("task") if isinstance(config, dict) else None
     if task != "lst":
-        raise InputError(f"{ckpt_path}: attention maps are for Latin Square Task checkpoints, this one is {task!r}")
+        raise InputError(f"{ckpt_path}: --view attention runs the model on Latin Square Task puzzles, and this is a "
+                         f"{task!r} checkpoint; analyse its PE with --view raw, q, k, qk or kernel")
     model, _ = model_from_checkpoint(ckpt, dev, ckpt_path)
     return model, _inputs(puzzles, int(n_puzzles), seed)
 

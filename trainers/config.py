@@ -242,6 +242,13 @@ MAX_NETSIM_VALUES = 2_000_000_000  # (n_train + 2 n_test) x n_nodes x window flo
 MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
 
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes 64-bit seeds; analyze's --seed stops here too (int64 tables)
+
+
+def _seed(value: Any) -> bool:
+    return _int(value) and 0 <= value <= MAX_SEED
+
+
 def _at_most(value: Any, limit: int, option: str, fix: str = "", unit: str = "") -> None:
     """Refuse a size above ``limit`` in one line naming ``option`` and ``fix``: a typo (10x too many zeros) would
     otherwise fail deep inside torch or numpy with a traceback, or run out of memory or time silently.
@@ -264,7 +271,7 @@ def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     None when the config alone does not fix it (then building the model checks the PE against the positions)."""
     m, pe, o, d = cfg.model, cfg.pe, cfg.optim, cfg.data
     _check(cfg.task in TASKS, f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
-    _check(_int(cfg.seed) and cfg.seed >= 0, f"--seed must be an integer >= 0, got {cfg.seed!r}")
+    _check(_seed(cfg.seed), f"--seed must be an integer from 0 to {MAX_SEED:,} (2^63 - 1), got {cfg.seed!r}")
     _check(cfg.device in DEVICES, f"--device must be one of {', '.join(DEVICES)}, got {cfg.device!r}")
     # model
     _check(_int(m.n_layers) and m.n_layers >= 1, f"--layers must be an integer >= 1, got {m.n_layers!r}")
@@ -320,7 +327,7 @@ def validate(cfg: TrainConfig, coords_dim: int | None = 2) -> TrainConfig:
     if d.ood_puzzles is None:  # else the held-out set is read from that file, not generated
         _at_most(d.n_ood_per_level, MAX_OOD_PER_LEVEL, "data.n_ood_per_level")
     _check(_finite(d.min_jaccard) and 0 <= d.min_jaccard <= 1, f"--min-jaccard must be in [0, 1], got {d.min_jaccard!r}")
-    _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
+    _check(_seed(d.seed), f"data.seed must be an integer from 0 to {MAX_SEED:,} (2^63 - 1), got {d.seed!r}")
     _check(d.ood_puzzles is None or isinstance(d.ood_puzzles, str), "--ood-puzzles must be a file path")
     # schedule
     _check(_int(cfg.eval_every) and cfg.eval_every >= 1, f"--eval-every must be an integer >= 1, got {cfg.eval_every!r}")
@@ -474,7 +481,7 @@ def validate_masked(cfg: MaskedTrainConfig) -> MaskedTrainConfig:
     validate(shadow, coords_dim=dim)
     for name in ("mask_train", "mask_test", "mask_ood"):
         _check(_ratio(getattr(d, name)), f"data.{name} must be in (0, 1), got {getattr(d, name)!r}")
-    _check(_int(d.seed) and d.seed >= 0, f"data.seed must be an integer >= 0, got {d.seed!r}")
+    _check(_seed(d.seed), f"data.seed must be an integer from 0 to {MAX_SEED:,} (2^63 - 1), got {d.seed!r}")
     if cfg.task == "netsim":
         _check(_int(d.n_nodes) and d.n_nodes >= MIN_NODES, f"--n-nodes must be an integer >= {MIN_NODES}, got {d.n_nodes!r}")
         _check(d.dim in (2, 3), f"--dim must be 2 or 3, got {d.dim!r}")

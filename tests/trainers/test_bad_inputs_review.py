@@ -280,3 +280,18 @@ def test_evaluate_refuses_a_netsim_checkpoint_with_nan_weights(tmp_path, monkeyp
     monkeypatch.setattr(trainers.train_masked, "load_task_data", _never)
     with pytest.raises(InputError, match="embed.weight holds NaN"):
         evaluate_checkpoint(path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "lst", "--seed", str(2**64)],
+    ["train", "lst", "--ensemble-seeds", f"0,{2**63}"],
+    ["train", "netsim", "--seed", str(2**64)],
+])
+def test_seeds_beyond_64_bits_are_refused_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """torch.manual_seed takes at most 64-bit seeds: a larger one failed with a traceback after the puzzles were made."""
+    monkeypatch.setattr(trainers.train, "train", _never)
+    monkeypatch.setattr(trainers.train_masked, "train_masked", _never)
+    monkeypatch.setattr(trainers.ensemble, "train_ensemble", _never)
+    err = _refused([*argv, "--epochs", "1", "--out", str(tmp_path / "run")], capsys)
+    assert "(2^63 - 1)" in err
+    assert not (tmp_path / "run").exists()

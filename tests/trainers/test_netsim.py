@@ -355,3 +355,12 @@ def test_training_inputs_are_masked_and_the_masks_are_redrawn_every_epoch(tmp_pa
         assert (flags.sum(1) == k).all() and (inp[..., :-1][flags.bool()] == 0).all()
     assert len(train_masks) == 3  # the fixed mask for train_mse, then one draw per epoch
     assert not torch.equal(train_masks[1], train_masks[2])
+
+
+def test_the_attention_view_of_a_netsim_checkpoint_names_the_views_that_work(tmp_path, capsys):
+    from pe_probe.cli import main
+
+    train_masked(tiny(**{"optim.epochs": 1}), tmp_path / "run", log=lambda s: None)
+    assert main(["analyze", str(tmp_path / "run" / "last.pt"), "--view", "attention", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "'netsim' checkpoint" in err and "--view raw, q, k, qk or kernel" in err and err.count("\n") == 1
