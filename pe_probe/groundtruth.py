@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+from array import array
 import os
 import re
 from dataclasses import dataclass, replace
@@ -18,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from pe_probe.errors import InputError, show_path
+from pe_probe.errors import InputError, show_path, shorten
 from pe_probe.filechecks import check_not_special
-from pe_probe.roundoff import FLOAT64, decimal_roundoff, storage_roundoff
+from pe_probe.roundoff import FLOAT64, digits_roundoff, significant_digits, storage_roundoff
 
 ACCEPTED_FORMS = "line:N, grid:HxW, grid:HxWxD, or a .npy/.csv/.txt file of N x k coordinates"
 
@@ -230,44 +231,63 @@ def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file
     header naming ``true_0 .. true_{k-1}`` selects those columns, and only they must be numbers (pe-probe's own
     embedding.csv and layout.csv hold other columns, some of them text)."""
     path = Path(path)
-    rows: list[tuple[int, list[str]]] = []  # (line number, cells)
+    names: list[str] | None = None
+    keep: list[int] = []
+    width = n_rows = most_digits = 0
+    values = array("d")  # parsed as the file streams in: 8 bytes a number, not a list of strings (~22x the file)
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
-            if path.suffix.lower() == ".csv":
-                for i, cells in enumerate(csv.reader(fh), start=1):
-                    cells = [c.strip() for c in cells]
-                    if any(cells):
-                        rows.append((i, cells))
-            else:
-                for i, raw in enumerate(fh, start=1):
-                    body = raw.split("#", 1)[0].strip()
-                    if body:
-                        rows.append((i, [c for c in re.split(r"[\s,]+", body) if c]))
+            for lineno, cells in _text_rows(fh, path.suffix.lower() == ".csv"):
+                if not width:
+                    if header and names is None and not _all_numbers(cells):
+                        names = cells
+                        continue
+                    width = len(cells)
+                    keep = (_true_column_indices(path, names, width) if true_columns and names else None) or list(range(width))
+                if len(cells) != width:
+                    raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row; "
+                                     f"give every row the same number of values")
+                for c in keep:
+                    cell = cells[c]
+                    try:
+                        values.append(parse_number(cell))
+                    except ValueError:
+                        raise InputError(f"{path}: line {lineno}, column {c + 1}: {shorten(repr(cell), 80)} is not a "
+                                         f"number; {what} must hold only numbers") from None
+                    most_digits = max(most_digits, significant_digits(cell))
+                n_rows += 1
+                if len(values) > MAX_TEXT_VALUES:
+                    raise InputError(f"{path}: holds more than {MAX_TEXT_VALUES:,} numbers, far more than any PE table "
+                                     f"or set of coordinates; check the file, or save large arrays as .npy")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file (not UTF-8); the {what} must be numbers in a .csv/.txt, or a .npy") from None
     except csv.Error as e:
         raise InputError(f"{path}: not a readable CSV ({e}); the {what} must be rows of numbers") from None
-    names = None
-    if rows and header and not _all_numbers(rows[0][1]):
-        names, rows = rows[0][1], rows[1:]
-    if not rows:
+    if not n_rows:
+        if names is not None:
+            raise InputError(f"{path}: {what} has a header row but no rows of numbers (an unclosed quote makes the rest of "
+                             f"a CSV one cell); it needs N rows of numbers")
         raise InputError(f"{path}: {what} is empty; it needs N rows of numbers")
-    width = len(rows[0][1])
-    keep = (_true_column_indices(path, names, width) if true_columns and names else None) or list(range(width))
-    out = np.empty((len(rows), len(keep)), dtype=np.float64)
-    for r, (lineno, cells) in enumerate(rows):
-        if len(cells) != width:
-            raise InputError(f"{path}: line {lineno} has {len(cells)} values, expected {width} like the first row; "
-                             f"give every row the same number of values")
-        for o, c in enumerate(keep):
-            cell = cells[c]
-            try:
-                out[r, o] = parse_number(cell)
-            except ValueError:
-                raise InputError(
-                    f"{path}: line {lineno}, column {c + 1}: {cell!r} is not a number; {what} must hold only numbers"
-                ) from None
-    return names, out, decimal_roundoff(cells[c] for _, cells in rows for c in keep)
+    out = np.frombuffer(values, dtype=np.float64).reshape(n_rows, len(keep)).copy()
+    return names, out, digits_roundoff(most_digits)
+
+
+MAX_TEXT_VALUES = 128_000_000  # numbers in one .csv/.txt (1 GB as float64): 30x a 4096 x 1024 table
+
+
+def _text_rows(fh, is_csv: bool):
+    """(line number, stripped cells) of every row of ``fh`` that holds anything: a CSV's by its quoting rules,
+    a .txt's split on whitespace and commas after ``#`` comments are cut."""
+    if is_csv:
+        for i, cells in enumerate(csv.reader(fh), start=1):
+            cells = [c.strip() for c in cells]
+            if any(cells):
+                yield i, cells
+    else:
+        for i, raw in enumerate(fh, start=1):
+            body = raw.split("#", 1)[0].strip()
+            if body:
+                yield i, [c for c in re.split(r"[\s,]+", body) if c]
 
 
 def _parse_builtin(text: str, kind: str, sizes: str) -> GroundTruth:

@@ -55,13 +55,17 @@ def decimal_roundoff(cells: Iterable[str]) -> float:
     A writer that rounds to D significant digits (``%.6g``) leaves relative errors up to 0.5 * 10^(1 - D);
     its shorter cells ("1.5") are exact values that needed fewer digits, so D is the largest count seen.
     Under `MIN_ROUNDED_DIGITS` the text is read as exact; at 16 digits and more it is float64's."""
-    most = 0
-    for cell in cells:
-        m = _MANTISSA.match(cell)
-        if m is None:
-            continue
-        digits = (m.group(1) + m.group(2)).lstrip("0")
-        most = max(most, len(digits))
+    return digits_roundoff(max((significant_digits(c) for c in cells), default=0))
+
+
+def significant_digits(cell: str) -> int:
+    """Significant digits of a number written as text ("0.866025": 6, "-1.5e3": 2, "inf": 0)."""
+    m = _MANTISSA.match(cell)
+    return len((m.group(1) + m.group(2)).lstrip("0")) if m else 0
+
+
+def digits_roundoff(most: int) -> float:
+    """`decimal_roundoff` for text whose cells show at most ``most`` significant digits."""
     if most < MIN_ROUNDED_DIGITS or most >= 16:
         return FLOAT64
     return 0.5 * 10.0 ** (1 - most)

@@ -303,3 +303,23 @@ def test_numbers_are_ascii_numbers_not_whatever_float_accepts(tmp_path) -> None:
 
     np.testing.assert_array_equal(read_number_table(tmp_path / "ok.csv", header=True),
                                   [[-1500, 0.5], [2, np.inf], [0.03, 0], [4, 5]])
+
+
+def test_text_tables_stream_stop_at_a_cap_and_word_their_errors(tmp_path, monkeypatch):
+    import pe_probe.groundtruth as gtm
+
+    path = tmp_path / "big.csv"
+    path.write_text("".join("1.5,2.5\n" for _ in range(50)))
+    monkeypatch.setattr(gtm, "MAX_TEXT_VALUES", 60)  # refused as soon as it is passed, not after reading all
+    with pytest.raises(InputError, match="more than 60 numbers"):
+        gtm.read_named_table(path, header=True)
+    monkeypatch.undo()
+    names, values, _ = gtm.read_named_table(path, header=True)
+    assert names is None and values.shape == (50, 2) and values[0].tolist() == [1.5, 2.5]
+    (tmp_path / "quote.csv").write_text('"x,y\n1,2\n3,4\n')  # an unclosed quote: the whole file is one cell
+    with pytest.raises(InputError, match="header row but no rows of numbers"):
+        gtm.read_named_table(tmp_path / "quote.csv", header=True)
+    (tmp_path / "long.csv").write_text("1,2\n" + "x" * 100_000 + ",3\n")
+    with pytest.raises(InputError) as e:
+        gtm.read_named_table(tmp_path / "long.csv", header=True)
+    assert len(str(e.value)) < 300 and "is not a number" in str(e.value)
