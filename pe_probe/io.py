@@ -260,7 +260,14 @@ def load_table(
     else:
         names = _find_pe(store, meta, shown)
     n_layers = len(names)
-    chosen, layer_out = _choose_layer(names, layer, shown)
+    own_layer = _layer_of(store, meta, names[0], shown) if param is not None and not meta["raw"] else None
+    if param is not None and _parsed_layer(layer) not in (None, "mean", own_layer or 0):
+        raise InputError(f"{shown}: --param and --layer both choose the table, and --param {show_path(param)} names one "
+                         f"tensor (layer {own_layer if own_layer is not None else 'of its own'}); drop --layer, or drop "
+                         f"--param and pick the per-layer table with --layer N")
+    chosen, layer_out = _choose_layer(names, None if param is not None else layer, shown)
+    if own_layer is not None:
+        layer_out = own_layer
     if param is None and not meta["raw"] and not meta.get("pe_params"):
         others = _other_pe_looking(candidates, names)
         if others:
@@ -886,6 +893,24 @@ def _listing(names: list[str]) -> str:
         return "none: no float tensor with 2 or more dims"
     shown = ", ".join(show_path(n) for n in names[:MAX_LISTED])  # untrusted names: control characters quoted
     return shown + (f", ... and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def _parsed_layer(layer: int | str | None) -> int | str | None:
+    """`parse_layer`, with what it cannot parse passed through (`_choose_layer` words that error)."""
+    try:
+        return parse_layer(layer)
+    except ValueError:
+        return layer
+
+
+def _layer_of(store: _Store, meta: dict[str, Any], name: str, src: str) -> int | None:
+    """The layer index of tensor ``name`` among the source's per-layer PE tables (what --layer N would pick),
+    or None when it is not one of several."""
+    try:
+        found = _find_pe(store, meta, src)
+    except InputError:
+        return None
+    return found.index(name) if len(found) > 1 and name in found else None
 
 
 def _choose_layer(names: list[str], layer: int | str | None, src: str) -> tuple[list[str], int | str | None]:

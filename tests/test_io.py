@@ -249,6 +249,17 @@ def test_per_layer_checkpoint_index_mean_out_of_range(tmp_path, grid_table) -> N
         load_table(tmp_path / "c.pt", layer=-1)
 
 
+def test_param_naming_a_per_layer_table_records_its_layer_and_conflicts_are_named(tmp_path, grid_table) -> None:
+    torch.save(_checkpoint(grid_table, n_layers=4), tmp_path / "c.pt")
+    by_name = load_table(tmp_path / "c.pt", param="blocks.2.pe.table")
+    assert by_name.layer == 2 and by_name.param == "blocks.2.pe.table"  # what --layer 2 would pick
+    np.testing.assert_allclose(by_name.table, grid_table + 2)
+    assert load_table(tmp_path / "c.pt", param="blocks.2.pe.table", layer=2).layer == 2  # the same choice twice
+    with pytest.raises(InputError, match="--param and --layer both choose the table.*layer 2"):
+        load_table(tmp_path / "c.pt", param="blocks.2.pe.table", layer=1)
+    assert load_table(tmp_path / "c.pt", param="embed.weight").layer is None  # not a per-layer PE table
+
+
 def test_per_layer_found_by_name_sorted_numerically(tmp_path, grid_table) -> None:
     # layer 10 must come after layer 2 (numeric, not string, order)
     sd = {f"blocks.{i}.pe.table": torch.tensor(grid_table * 0 + i) for i in (10, 2, 0, 1)}
