@@ -371,7 +371,8 @@ def _write_outputs(folder: Path, frame, *, by: str | None, trajectory: bool, for
         steps = [int(s) for s in frame["step"]]
         titles = [f"step {s}: RSA {r:.3f}" if np.isfinite(r) else f"step {s}"
                   for s, r in zip(steps, frame.get("rsa_spearman", [np.nan] * len(steps)))]
-        write_trajectory(steps, embeddings, coords, folder / "trajectory.html", method=method, titles=titles)
+        write_trajectory(steps, embeddings, coords, folder / "trajectory.html", method=method, titles=titles,
+                         layouts_csv=figures_dir / "trajectory_layouts.csv")
     names = [p.stem for p in written if p.suffix == ".csv"]
     image = next((f for f in formats if f in ("png", "svg")), formats[0])
     write_compare_index(folder, frame, corr, names, by=by, trajectory=trajectory, image_format=image)

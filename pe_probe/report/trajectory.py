@@ -95,14 +95,31 @@ _SELFTEST = """
 """
 
 
+def _write_layouts(steps: Sequence[int], frames: Sequence[np.ndarray], coords: np.ndarray, path: Path) -> None:
+    import pandas as pd
+
+    n, k = coords.shape
+    parts = []
+    for step, f in zip(steps, frames):
+        part = {"step": np.full(n, int(step)), "position": np.arange(n)}
+        part.update({f"aligned_{a}": f[:, a] for a in range(k)})
+        part.update({f"true_{a}": coords[:, a] for a in range(k)})
+        parts.append(pd.DataFrame(part))
+    pd.concat(parts, ignore_index=True).to_csv(path, index=False)
+
+
 def write_trajectory(steps: Sequence[int], embeddings: Sequence[np.ndarray], coords: np.ndarray, path: Path, *,
-                     method: str, titles: Sequence[str] | None = None) -> Path:
-    """Write a self-contained page animating the chained-Procrustes-aligned layouts over ``steps``."""
+                     method: str, titles: Sequence[str] | None = None, layouts_csv: Path | None = None) -> Path:
+    """Write a self-contained page animating the chained-Procrustes-aligned layouts over ``steps``; with
+    ``layouts_csv``, also those layouts at full precision (the page rounds them to 4 digits), one row per step
+    and position: step, position, aligned_0..aligned_{k-1}, true_0..true_{k-1}."""
     import plotly.graph_objects as go
 
     coords = np.asarray(coords, dtype=np.float64)
     n, k = coords.shape
     frames_xyz = chain_align(embeddings, coords)
+    if layouts_csv is not None:
+        _write_layouts(steps, frames_xyz, coords, layouts_csv)
     three_d = k >= 3
     if k == 1:  # draw a line as recovered vs true position
         frames_xyz = [np.column_stack([coords[:, 0], f[:, 0]]) for f in frames_xyz]

@@ -163,6 +163,11 @@ def test_single_run_folder_is_a_trajectory(tmp_path, analyze_source_available):
     assert rsa[-1] > rsa[0]
     page = (out / "trajectory.html").read_text()
     assert 'data-frames="5"' in page and "sliders" in page
+    layouts = pd.read_csv(out / "figures" / "trajectory_layouts.csv")  # the page's frames, re-plottable
+    assert list(layouts.columns) == ["step", "position", "aligned_0", "aligned_1", "true_0", "true_1"]
+    assert sorted(layouts.step.unique()) == [0, 100, 200, 300, 400] and set(layouts.groupby("step").size()) == {25}
+    last = layouts[layouts.step == 400]
+    assert np.corrcoef(last.aligned_0, last.true_0)[0, 1] > 0.5  # aligned onto the true layout
     # two run folders: each becomes its last.pt, no trajectory
     srcs2, traj2 = expand_sources([run, _run_folder(tmp_path / "second")])
     assert not traj2 and all(s.path.name == "last.pt" for s in srcs2)
