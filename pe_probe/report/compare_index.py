@@ -121,6 +121,21 @@ def _column(frame, name):
     return frame[name].to_numpy() if name in frame.columns else None
 
 
+EVAL_SPLITS = ("ood", "test", "train")  # the order the index's evaluation columns follow
+
+
+def _eval_columns(frame, gen_key: str | None, limit: int = 3) -> list[str]:
+    """Up to ``limit`` evaluation columns besides ``gen_key``: accuracies before errors and losses before the rest
+    (a binary accuracy), each kind OOD, test, then training; file order among equals."""
+    def rank(c) -> tuple[int, int]:
+        name = str(c)[len("eval."):]
+        split = next((i for i, s in enumerate(EVAL_SPLITS) if name.startswith(s)), len(EVAL_SPLITS))
+        kind = 0 if name.endswith("_acc") else 1 if name.endswith(("_mse", "_loss")) else 2
+        return kind, split
+
+    return sorted((c for c in frame.columns if str(c).startswith("eval.") and c != gen_key), key=rank)[:limit]
+
+
 def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str], *, by: str | None,
                         trajectory: bool, image_format: str = "png") -> Path:
     """Write ``out_dir/index.html`` of a comparison."""
@@ -128,7 +143,7 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     shown = [c for c in ("label", "step", by, "rsa_spearman", "probe_r2") if c and c in frame.columns]
     shown += [c for c in frame.columns if str(c).startswith("recovery_") and str(c).endswith("_r2")]
     gen_key = generalization_key(frame)  # the generalization metric the figures and correlations use comes first
-    shown += ([gen_key] if gen_key else []) + [c for c in frame.columns if str(c).startswith("eval.")][:3]
+    shown += ([gen_key] if gen_key else []) + _eval_columns(frame, gen_key)
     shown = list(dict.fromkeys(shown))
 
     def cell(v) -> str:

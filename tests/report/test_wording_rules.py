@@ -5,6 +5,7 @@ below zero (readings.py), a rising/falling relation in a comparison only when it
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -230,3 +231,13 @@ def test_index_links_the_pdf_of_a_figure_when_there_is_one(tmp_path):
     page = write_compare_index(tmp_path, frame, empty, ["metrics_vs_pe.init_std", "identifiability_vs_generalization"],
                                by="pe.init_std", trajectory=False).read_text()
     assert page.count('.pdf">PDF</a>') == 1 and 'href="figures/metrics_vs_pe.init_std.pdf"' in page
+
+
+def test_index_models_table_shows_the_splits_accuracies_not_the_first_columns_in_file_order(tmp_path):
+    frame = pd.DataFrame({"label": ["a", "b"], "rsa_spearman": [0.5, 0.1], "eval.ood_acc": [0.9, 0.3],
+                          "eval.train_acc": [1.0, 0.9], "eval.train_loss": [0.01, 0.2],
+                          "eval.train_acc_binary": [1.0, 1.0], "eval.test_acc": [0.95, 0.5]})
+    page = write_compare_index(tmp_path, frame, pd.DataFrame(columns=["x", "y", "spearman_rho", "p_value", "n"]), [],
+                               by=None, trajectory=False).read_text()
+    header = re.findall(r"<th>([^<]+)</th>", page)
+    assert header[-4:] == ["eval.ood_acc", "eval.test_acc", "eval.train_acc", "eval.train_loss"]
