@@ -683,3 +683,11 @@ def test_a_longer_ground_truth_is_not_told_to_slice_the_table(capsys):
     err = refuse(["analyze", "builtin:sin2d:4x4", "-g", "grid:5x5", *FAST], capsys, "slicing the table cannot add rows")
     assert "--positions" not in err
     refuse(["analyze", "builtin:sin2d:4x4", "-g", "grid:3x3", *FAST], capsys, "select the table's rows with --positions A:B")
+
+
+def test_evaluate_names_what_it_scored_and_points_tables_to_analyze(tmp_path, capsys):
+    np.save(tmp_path / "pe.npy", np.ones((16, 4)))
+    err = refuse(["evaluate", tmp_path / "pe.npy"], capsys, "is a .npy file, not a pe-probe checkpoint")
+    assert "pe-probe analyze" in err and "weights-only" not in err
+    torch.save({"pos_embed": torch.randn(16, 4)}, tmp_path / "sd.pt")
+    refuse(["evaluate", tmp_path / "sd.pt"], capsys, "or analyse another model's PE table with pe-probe analyze")

@@ -110,6 +110,9 @@ class CheckpointRefused(InputError):
         return self.reason.split(". ")[0]
 
 
+TABLE_SUFFIXES = (".npy", ".npz", ".safetensors", ".csv", ".txt", ".json")  # files pe-probe analyze reads, not runs
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a pe-probe checkpoint with ``weights_only=True``; bad files raise InputError."""
     path = Path(path)
@@ -118,6 +121,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise InputError(f"{path} is a folder, not a checkpoint file; {hint}")
     if not path.is_file():
         raise InputError(f"checkpoint {path} not found; pass the .pt file of a run (e.g. RUN/last.pt)")
+    if path.suffix.lower() in TABLE_SUFFIXES:  # else torch's reader words the refusal, about pickles
+        raise CheckpointRefused(f"{path} is a {path.suffix} file, not a pe-probe checkpoint; pass the .pt file of a run "
+                                f"(e.g. RUN/last.pt), or analyse a table with pe-probe analyze",
+                                f"a {path.suffix} file, not a checkpoint")
     check_safe_torch_loader(path)
     try:
         ckpt = read_torch_file(path, map_location)
@@ -128,8 +135,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointRefused(f"cannot read checkpoint {path}: {reason}; pass the .pt file of a run (e.g. RUN/last.pt)",
                                 reason) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointRefused(f"{path} is not a pe-probe checkpoint (expected format {FORMAT!r})",
-                                f"not format {FORMAT!r}")
+        raise CheckpointRefused(f"{path} is not a pe-probe checkpoint (expected format {FORMAT!r}); pass the .pt file "
+                                f"of a run of pe-probe train (e.g. RUN/last.pt), or analyse another model's PE table "
+                                f"with pe-probe analyze", f"not format {FORMAT!r}")
     missing = [k for k in CONTRACT_KEYS if k not in ckpt]
     if missing:
         raise CheckpointRefused(f"checkpoint {path} lacks key(s) {', '.join(missing)}",

@@ -619,6 +619,11 @@ def evaluate_main(argv: list[str]) -> int:
         print(json.dumps(m, indent=2))
         return 0
     prefix = "ood" if args.puzzles is None else "puzzles"
+    if args.puzzles is not None:
+        scored = show_path(args.puzzles)
+    else:
+        scored = "the run's OOD puzzles" if f"{prefix}_acc" in m else "the run's splits (masked tokens)"
+    print(f"scored on {scored}")
     if f"{prefix}_acc" not in m:  # netsim / brain: MSE over masked tokens per split
         print(f"{'metric':<20}{'mse':>10}{'zero':>10}{'windows':>9}")
         for key in sorted(k for k in m if "_mse" in k and not k.endswith(("_zero", "_n"))):

@@ -131,7 +131,7 @@ def test_tiny_run_trains_writes_a_checkpoint_that_analyze_reads(tmp_path):
     assert met["n_positions"] == 64 and met["gt_dim"] == 2
 
 
-def test_cli_train_netsim_and_evaluate(tmp_path):
+def test_cli_train_netsim_and_evaluate(tmp_path, capsys):
     from pe_probe.cli import main
 
     run = tmp_path / "cli"
@@ -139,7 +139,9 @@ def test_cli_train_netsim_and_evaluate(tmp_path):
             "--dim", "3", "--pe", "sin3d", "--d-model", "12"]
     assert main(argv) == 0
     assert load_checkpoint(run / "last.pt")["ground_truth"]["coords"].shape == (64, 3)
+    capsys.readouterr()
     assert main(["evaluate", str(run / "last.pt")]) == 0
+    assert capsys.readouterr().out.startswith("scored on the run's splits (masked tokens)\n")
     assert main(["train", "netsim", "--out", str(tmp_path / "bad"), "--stride", "3"]) == 2
     assert main(["train", "netsim", "--out", str(tmp_path / "graphs"), "--cuda-graphs", "--device", "cpu"]) == 2
     assert not (tmp_path / "graphs").exists()
