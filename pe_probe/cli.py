@@ -214,6 +214,8 @@ def format_summary(result, title: str = "") -> str:
         lines.append(title)
     src = prov.get("source", "table")
     param = prov.get("param")  # a tensor name from an untrusted file: control characters quoted, like paths
+    if isinstance(param, list):  # --layer mean: the tables averaged, named as compare.csv names them
+        param = "+".join(map(str, param))
     lines.append(f"source      {show_path(src)}  param={show_path(param) if isinstance(param, str) else param}  "
                  f"layer={prov.get('layer')}")
     if prov.get("original_shape"):

@@ -498,3 +498,11 @@ def test_sigterm_inside_a_numba_loop_exits_143_not_with_a_traceback(monkeypatch,
 def test_report_folder_options_without_out_are_refused_not_ignored(sin_npy, capsys, flags):
     code, _, err = run(["analyze", sin_npy, "-g", "grid:4x4", *flags, *FAST], capsys)
     assert_input_error(code, err, " and ".join(flags), "on the report folder only: add --out DIR or drop")
+
+
+def test_summary_names_the_averaged_tables_as_compare_does(tmp_path, capsys):
+    table = np.asarray(sinusoid_2d(4, 4, 8))
+    torch.save({f"blocks.{i}.pe.table": torch.tensor(table + i) for i in range(3)}, tmp_path / "sd.pt")
+    code, stdout, err = run(["analyze", tmp_path / "sd.pt", "-g", "grid:4x4", "--layer", "mean", *FAST], capsys)
+    assert code == 0, err
+    assert "param=blocks.0.pe.table+blocks.1.pe.table+blocks.2.pe.table  layer=mean" in stdout
