@@ -12,7 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from .errors import (InputError, OneLineArgumentParser, ctrl_c_kept, interrupted, os_error_message, show_path,
+from .errors import (InputError, OneLineArgumentParser, ctrl_c_kept, ignore_ctrl_c_while_exiting, interrupted,
+                     os_error_message, show_path,
                      to_devnull)
 
 EPILOG_ANALYZE = """\
@@ -405,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> int:
     """The ``pe-probe`` console script: `main` plus process-wide signal handling."""
     _exit_on_sigterm()
-    return main()
+    code = main()
+    if code == 130:
+        ignore_ctrl_c_while_exiting()
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -144,7 +144,20 @@ def script_exit(main: Callable[[], int], prog: str) -> NoReturn:
             raise
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
+        ignore_ctrl_c_while_exiting()
     raise SystemExit(code)
+
+
+def ignore_ctrl_c_while_exiting() -> None:
+    """After ``interrupted`` was said: further Ctrl-Cs (a held key, several presses) are ignored while the process
+    exits, so they do not interrupt its exit handlers (matplotlib's, multiprocessing's), each of which would print
+    an ignored-exception traceback under the one-line message. Only for processes about to exit."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
 
 
 _PENDING_INTERRUPT: list[int] = []  # Ctrl-Cs received under `ctrl_c_kept` and not yet acted on

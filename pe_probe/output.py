@@ -110,8 +110,35 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
             os.replace(stage, out)
         _open_up(out)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        for _ in range(5):  # a further Ctrl-C can land before remove_uninterrupted holds them back: try again
+            try:
+                remove_uninterrupted(stage)
+                break
+            except BaseException:  # noqa: S112 - the first exception is re-raised below
+                continue
         raise
+
+
+def remove_uninterrupted(path: Path) -> None:
+    """Remove folder ``path`` with Ctrl-C, SIGTERM and SIGHUP held back until it is gone: a second Ctrl-C pressed
+    while a first one's cleanup runs would otherwise stop the removal half way and leave the staging folder. The
+    Python handlers are swapped for one that notes the signal (masking the thread would not do: the process's
+    other threads, torch's and numba's, would take it), and the first signal noted is raised again afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    noted: list[int] = []
+    before = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                before[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+        shutil.rmtree(path, ignore_errors=True)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if noted:
+        signal.raise_signal(noted[0])
 
 
 def _swap_in(stage: Path, out: Path) -> None:
@@ -122,13 +149,13 @@ def _swap_in(stage: Path, out: Path) -> None:
     try:
         os.replace(out, trash / out.name)
     except BaseException:
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_uninterrupted(trash)
         raise
     try:
         os.replace(stage, out)
     except BaseException:
         os.replace(trash / out.name, out)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_uninterrupted(trash)
         raise
     shutil.rmtree(trash, ignore_errors=True)
 

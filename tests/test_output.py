@@ -375,3 +375,24 @@ def test_a_failed_swap_keeps_the_previous_report_and_leaves_no_hidden_folders(tm
         _write_report(out, "new")
     assert (out / "report.txt").read_text() == "good" and (out / MARKER).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_a_second_ctrl_c_during_cleanup_still_removes_the_staging_folder(tmp_path, monkeypatch):
+    import signal
+    import time
+
+    import pe_probe.output as output
+
+    real = output.shutil.rmtree
+
+    def rmtree_hit_by_ctrl_c(path, ignore_errors=False):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C arrives as the first one's cleanup starts
+        time.sleep(0.05)  # Python acts on a delivered SIGINT at the next bytecode, i.e. here
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(output.shutil, "rmtree", rmtree_hit_by_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        with output.staged_dir(tmp_path / "rep") as stage:
+            (stage / "metrics.json").write_text("{}")
+            raise KeyboardInterrupt  # the first Ctrl-C
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
