@@ -369,7 +369,9 @@ def _write_outputs(folder: Path, frame, *, by: str | None, trajectory: bool, for
         from pe_probe.report.trajectory import write_trajectory
 
         steps = [int(s) for s in frame["step"]]
-        titles = [f"step {s}: RSA {r:.3f}" if np.isfinite(r) else f"step {s}"
+        from pe_probe.report.readings import sig3
+
+        titles = [f"step {s}: RSA {sig3(r)}" if np.isfinite(r) else f"step {s}"
                   for s, r in zip(steps, frame.get("rsa_spearman", [np.nan] * len(steps)))]
         write_trajectory(steps, embeddings, coords, folder / "trajectory.html", method=method, titles=titles,
                          layouts_csv=figures_dir / "trajectory_layouts.csv")

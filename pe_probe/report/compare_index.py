@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from pe_probe.report.compare_figures import generalization_key
-from pe_probe.report.readings import ALPHA, _num
+from pe_probe.report.readings import ALPHA, _num, sig3
 
 CSS = """body{font-family:Arial,Helvetica,sans-serif;max-width:62em;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}td,th{border-bottom:1px solid #ddd;padding:0.25em 0.5em;text-align:left}
@@ -146,13 +146,15 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
     shown += ([gen_key] if gen_key else []) + _eval_columns(frame, gen_key)
     shown = list(dict.fromkeys(shown))
 
-    def cell(v) -> str:
+    def cell(v, column) -> str:
         if isinstance(v, float) and not math.isfinite(v):
             return '<span title="blank: no value for this model">&mdash;</span>'
-        return f"{v:.3g}" if isinstance(v, float) else html.escape(str(v))
+        if isinstance(v, float):  # metrics to three significant digits (as every page); a setting (σ 0.1) as given
+            return f"{v:.3g}" if column in (by, "step") else sig3(v)
+        return html.escape(str(v))
 
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown)
-    body = "\n".join("<tr>" + "".join(f"<td>{cell(r[c])}</td>" for c in shown) + "</tr>"
+    body = "\n".join("<tr>" + "".join(f"<td>{cell(r[c], c)}</td>" for c in shown) + "</tr>"
                      for _, r in frame.head(200).iterrows())
     sentences = "\n".join(
         f"<li>{html.escape(correlation_sentence(r, _column(frame, r['x']), _column(frame, r['y'])))}</li>"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pe_probe.report import frames as fr
+from pe_probe.report.readings import sig3
 from pe_probe.result import AnalysisResult
 
 BLOCK_ABOVE = 400
@@ -144,7 +145,7 @@ def interactive_figure(result: AnalysisResult):
     for i, m in enumerate(methods):
         emb = np.asarray(result.embeddings[m], dtype=np.float64)
         r2 = result.metrics.get(f"recovery_{m}_r2")
-        label = f"{m} (r² = {r2:.3g})" if r2 is not None else m
+        label = f"{m} (r² = {sig3(r2)})" if r2 is not None and np.isfinite(r2) else m
         marker = {"size": size if not three_d else max(2, size - 2), "color": index_colour, "colorscale": "Viridis",
                   "showscale": True, "colorbar": {"title": {"text": "index"}, "x": 0.5, "len": 0.8, "thickness": 12}}
         fig.add_trace(scatter(**xyz(emb), mode="markers", name=label, visible=(i == 0), marker=marker,
@@ -229,10 +230,10 @@ def write_interactive(result: AnalysisResult, path: Path, title: str = "pe-probe
     metrics = result.metrics
     summary = []
     if "rsa_spearman" in metrics:
-        summary.append(f"RSA (Spearman) = {metrics['rsa_spearman']:.3g}")
+        summary.append(f"RSA (Spearman) = {sig3(metrics['rsa_spearman'])}")
     for m in result.embeddings:
         if f"recovery_{m}_r2" in metrics:
-            summary.append(f"{m} r² = {metrics[f'recovery_{m}_r2']:.3g}")
+            summary.append(f"{m} r² = {sig3(metrics[f'recovery_{m}_r2'])}")
     page = f"""<!DOCTYPE html>
 <html lang="en" data-plot-status="loading" data-n-positions="{result.n_positions}">
 <head><meta charset="utf-8"><title>{html.escape(title)}</title>

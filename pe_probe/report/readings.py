@@ -24,6 +24,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def sig3(x: float) -> str:
+    """Three significant digits, trailing zeros kept: the one rule for metric values on every page and figure
+    ("0.770 [0.768, 0.779]"; "0.00880", where three decimals would leave one digit; "0.995", not "1.00"), without
+    a minus sign on a value that rounds to zero."""
+    text = f"{x:#.3g}"
+    text = text[:-1] if text.endswith(".") else text
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _num(x: float, digits: int = 2) -> str:
     """``x`` to ``digits`` decimals, without a minus sign on a value that rounds to zero ('-0.00')."""
     text = f"{x:.{digits}f}"
@@ -178,7 +187,7 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
     out: list[tuple[str, str, str]] = []
     if _ok(metrics, "rsa_spearman"):
         rho = float(metrics["rsa_spearman"])
-        value = f"{rho:.3f}"
+        value = sig3(rho)
         strength = correlation_strength(rho)
         below, why_not = rsa_below_zero(metrics, provenance)
         above, why_not_above = rsa_above_zero(metrics, provenance)
@@ -201,8 +210,9 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         text = (f"{head} ({kind}): the rank correlation between PE distances and true distances is {_num(rho)} "
                 f"(1 = same ordering of all pairs, 0 = unrelated, -1 = reversed).")
         if _ok(metrics, "rsa_ci_low") and _ok(metrics, "rsa_ci_high"):
-            value += f" [{metrics['rsa_ci_low']:.3f}, {metrics['rsa_ci_high']:.3f}]"
-            text += f" The 95% bootstrap interval over positions is {metrics['rsa_ci_low']:.2f} to {metrics['rsa_ci_high']:.2f}."
+            value += f" [{sig3(metrics['rsa_ci_low'])}, {sig3(metrics['rsa_ci_high'])}]"
+            text += (f" The 95% bootstrap interval over positions is {sig3(metrics['rsa_ci_low'])} to "
+                     f"{sig3(metrics['rsa_ci_high'])}.")
         elif (provenance.get("analysis", {}) or {}).get("n_boot") == 0:
             text += " No bootstrap interval was computed (--n-boot 0)."
         if rho <= -0.1 and not below:
@@ -258,7 +268,7 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, f"recovery_{m}_p"):
             text += " " + p_value_reading(float(metrics[f"recovery_{m}_p"]), n_perm, "a fit",
                                               exact_relabellings(provenance, "protest"))
-        out.append((f"recovery r² ({m})", f"{r2:.3f}", text))
+        out.append((f"recovery r² ({m})", sig3(r2), text))
     if _ok(metrics, "probe_r2"):
         v = float(metrics["probe_r2"])
         if v >= PROBE_MOST:
@@ -272,22 +282,22 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         best = best_recovery(metrics)
         if v >= PROBE_MOST and best is not None and best[1] < 0.5:
             text += " The positions are decodable even though the table does not lay them out geometrically."
-        out.append(("linear probe R²", f"{v:.3f}", text))
+        out.append(("linear probe R²", sig3(v), text))
     if _ok(metrics, "trustworthiness"):
         v = float(metrics["trustworthiness"])
         how = ("mostly true neighbours" if v >= TRUST_MOSTLY else "partly true neighbours" if v >= TRUST_PARTLY
                else "hardly more often true neighbours than at random")
-        out.append(("trustworthiness", f"{v:.3f}",
+        out.append(("trustworthiness", sig3(v),
                     f"Neighbours in the recovered layout are {how} (1 = no position is a recovered neighbour without "
                     f"being a true one; about 0.5 = random)."))
     if _ok(metrics, "knn_overlap"):
         v = float(metrics["knn_overlap"])
-        out.append(("k-NN overlap", f"{v:.3f}",
+        out.append(("k-NN overlap", sig3(v),
                     f"On average {_pct(v)} of each position's nearest neighbours in the recovered layout are also its "
                     f"nearest neighbours in the true layout."))
     if _ok(metrics, "mds_stress"):
         v = float(metrics["mds_stress"])
-        out.append(("MDS stress", f"{v:.3f}",
+        out.append(("MDS stress", sig3(v),
                     f"Kruskal stress-1 of the low-dimensional MDS map against the PE distances: {stress_grade(v)} on "
                     "Kruskal's (1964) scale (0.2 poor, 0.1 fair, 0.05 good, 0.025 excellent, 0 perfect); how well PE "
                     "distances fit in the true number of dimensions."))
@@ -296,23 +306,23 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         k = metrics.get("gt_dim")
         text = f"The table's variance is spread over about {v:.1f} effective dimensions"
         text += f" (the true layout has {int(k)})." if _ok(metrics, "gt_dim") else "."
-        out.append(("participation ratio", f"{v:.2f}", text))
+        out.append(("participation ratio", sig3(v), text))
     if _ok(metrics, "explained_variance"):
         v = float(metrics["explained_variance"])
         k = int(metrics["gt_dim"]) if _ok(metrics, "gt_dim") else None
         pcs = "principal component holds" if k == 1 else "principal components hold"
-        out.append(("explained variance", f"{v:.3f}", f"The top {k if k else 'k'} {pcs} {_pct(v)} of the table's variance."))
+        out.append(("explained variance", sig3(v), f"The top {k if k else 'k'} {pcs} {_pct(v)} of the table's variance."))
     if _ok(metrics, "kernel_distance_rho"):
         v = float(metrics["kernel_distance_rho"])
         how = ("attend more to near positions than to far ones" if v >= 0.1 else
                "attend more to far positions than to near ones" if v <= -0.1 else "hardly depend on distance")
-        out.append(("kernel vs −distance (Spearman ρ)", f"{v:.3f}",
+        out.append(("kernel vs −distance (Spearman ρ)", sig3(v),
                     f"The positional attention kernel (softmax(QKᵀ/√d) averaged over heads, made symmetric) has a rank "
                     f"correlation of {_num(v)} with minus the true distance: positions {how} (1 = attention falls "
                     f"off with distance in the same order for every pair)."))
     if _ok(metrics, "attention_similarity"):
         v = float(metrics["attention_similarity"])
-        out.append(("attention similarity", f"{v:.3f}",
+        out.append(("attention similarity", sig3(v),
                     f"Cosine similarity between this model's attention maps on task puzzles and the reference model's "
                     f"(--attention-reference), the study's attention measure: 1 = the same maps up to scale."))
     if _ok(metrics, "ref_shape_distance"):
@@ -322,12 +332,12 @@ def readings(metrics: dict, provenance: dict[str, Any] | None = None, methods: l
         if _ok(metrics, "null_ref_shape_distance_mean"):
             mu = float(metrics["null_ref_shape_distance_mean"])
             sd = float(metrics.get("null_ref_shape_distance_sd", float("nan")))
-            spread = f" ± {sd:.3f}" if math.isfinite(sd) else ""
+            spread = f" ± {sig3(sd)}" if math.isfinite(sd) else ""
             closer = ("closer to the reference than chance (more than 2 sd below it)" if math.isfinite(sd) and v < mu - 2 * sd
                       else "not clearly closer to the reference than chance" if math.isfinite(sd) else "")
             text += (f" Unrelated tables land well below π/2 (the rotation fits noise): the chance level's random tables "
-                     f"give {mu:.3f}{spread}" + (f", so this table is {closer}." if closer else "."))
-        out.append(("shape distance to reference", f"{v:.3f}", text))
+                     f"give {sig3(mu)}{spread}" + (f", so this table is {closer}." if closer else "."))
+        out.append(("shape distance to reference", sig3(v), text))
     return out
 
 

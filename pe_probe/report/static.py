@@ -22,6 +22,7 @@ from pe_probe.report.style import (
     publication_style,
     save_figure,
 )
+from pe_probe.report.readings import sig3
 from pe_probe.result import AnalysisResult
 
 HEXBIN_ABOVE = 5_000  # Shepard pairs drawn as a hexbin density above this many
@@ -92,8 +93,7 @@ def _fmt(x) -> str:
     as less precision than the interval beside it)."""
     if x is None or not np.isfinite(x):
         return "n/a"
-    text = f"{x:#.3g}"
-    return text[:-1] if text.endswith(".") else text
+    return sig3(float(x))
 
 
 def rsa_caption(metrics: dict) -> str:

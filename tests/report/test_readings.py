@@ -16,7 +16,7 @@ def test_recovery_and_rsa_sentences_use_the_numbers():
     assert "explains 90% of the variance of the true layout" in rows["recovery r² (cmds)"]
     assert "0.42 true units" in rows["recovery r² (cmds)"]
     assert "18.0 standard deviations above chance" in rows["RSA (Spearman ρ)"]
-    assert "0.85 to 0.93" in rows["RSA (Spearman ρ)"]
+    assert "0.850 to 0.930" in rows["RSA (Spearman ρ)"]
     assert "no random relabelling" in rows["RSA p-value"]
     assert "3.5 effective dimensions (the true layout has 2)" in rows["participation ratio"]
 
@@ -225,3 +225,17 @@ def test_the_kernel_and_attention_views_own_metrics_are_read():
     assert "attend more to far" in _by_name(readings({"kernel_distance_rho": -0.4}))["kernel vs −distance (Spearman ρ)"]
     value, text = rows["attention similarity"]
     assert value == "0.913" and "reference model" in text
+
+
+def test_values_keep_three_significant_digits_on_every_page():
+    """One rule (sig3) for the index's values, the interactive page and the figures: small values keep their
+    digits (0.0088, not 0.009) and a CI end of 0.9952 does not read as a perfect 1.00."""
+    from pe_probe.report.readings import sig3
+    from pe_probe.report.static import _fmt
+
+    assert [sig3(v) for v in (0.008795, 0.9952, -0.04667, 0.77, 12.345, -0.0001)] == \
+        ["0.00880", "0.995", "-0.0467", "0.770", "12.3", "-0.000100"]
+    assert sig3(-0.0000001 * 0) == "0.00" and _fmt(0.008795) == sig3(0.008795) and _fmt(float("nan")) == "n/a"
+    m = {"rsa_spearman": 0.9, "rsa_ci_low": 0.97, "rsa_ci_high": 0.9952, "recovery_pca_r2": 0.008795}
+    rows = {name: (value, text) for name, value, text in readings(m, {})}
+    assert "0.970 to 0.995" in rows["RSA (Spearman ρ)"][1] and rows["recovery r² (pca)"][0] == "0.00880"
