@@ -179,7 +179,9 @@ def generalization_figure(gframe, metrics: Sequence[str], gen_key: str, by: str 
         sub = gframe[gframe["metric"] == metric]
         # a model without a value (a fixed PE, by pe.init_std): drawn grey, not dropped
         kw = ({"c": sub[colour_by].to_numpy(dtype=float), "plotnonfinite": True,
-               "cmap": matplotlib.colormaps[SEQUENTIAL_CMAP].with_extremes(bad="0.65")}
+               "cmap": matplotlib.colormaps[SEQUENTIAL_CMAP].with_extremes(bad="0.65"),
+               # a σ grid 0.02 ... 2 on a linear scale gives its small σ one colour, as on a linear axis
+               "norm": "log" if spans_decades(gframe[colour_by]) else None}
               if colour_by else {"color": OKABE_ITO[4]})
         sc = ax.scatter(sub["value"], sub[gen_key], s=10, linewidths=0, **kw)
         rho, p, n = spearman(sub["value"], sub[gen_key])

@@ -18,7 +18,8 @@ figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #eee}figcaption
 
 CAPTIONS = {
     "metrics_vs": "Identifiability metrics against {by}: dots are single models, the line is the mean with a 95% "
-                  "t-interval over models (seeds/repeats) at each value.",
+                  "t-interval over models (seeds/repeats) at each value; its CSV holds those summaries, the single "
+                  "models' values (the dots) and the titles' Spearman ρ are in compare.csv and correlations.csv.",
     "identifiability_vs_generalization": "Generalization against each identifiability metric, one dot per model; "
                                          "the title gives the Spearman rank correlation across models.",
     "metrics_over_steps": "Identifiability metrics at each saved training step.",
@@ -170,6 +171,9 @@ def write_compare_index(out_dir: Path, frame, corr, figure_names: Sequence[str],
              '<li><a href="correlations.csv">correlations.csv</a>: Spearman correlations shown below</li>']
     if trajectory:
         links.append('<li><a href="trajectory.html">trajectory.html</a>: recovered layout over training (slider)</li>')
+        if (out_dir / "figures" / "trajectory_layouts.csv").exists():
+            links.append('<li><a href="figures/trajectory_layouts.csv">trajectory_layouts.csv</a>: its aligned layouts, '
+                         'step by step, at full precision</li>')
     what = "one training run, checkpoint by checkpoint" if trajectory else f"{len(frame)} models"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>pe-probe comparison</title><style>{CSS}</style></head>

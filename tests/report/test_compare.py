@@ -168,6 +168,7 @@ def test_single_run_folder_is_a_trajectory(tmp_path, analyze_source_available):
     assert sorted(layouts.step.unique()) == [0, 100, 200, 300, 400] and set(layouts.groupby("step").size()) == {25}
     last = layouts[layouts.step == 400]
     assert np.corrcoef(last.aligned_0, last.true_0)[0, 1] > 0.5  # aligned onto the true layout
+    assert 'href="figures/trajectory_layouts.csv"' in (out / "index.html").read_text()  # linked as README says
     # two run folders: each becomes its last.pt, no trajectory
     srcs2, traj2 = expand_sources([run, _run_folder(tmp_path / "second")])
     assert not traj2 and all(s.path.name == "last.pt" for s in srcs2)

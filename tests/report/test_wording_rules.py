@@ -223,6 +223,24 @@ def test_grey_points_in_the_generalization_figure_have_a_key():
         plt.close(fig)
 
 
+def test_the_generalization_figure_colours_a_sigma_grid_over_decades_on_a_log_scale():
+    """σ 0.02, 0.1, 0.5 came out one colour on a linear scale beside a σ of 2."""
+    import matplotlib.colors
+    import matplotlib.pyplot as plt
+
+    from pe_probe.report.compare_figures import generalization_figure, generalization_frame
+
+    frame = pd.DataFrame({"label": list("abcd"), "pe.init_std": [0.02, 0.1, 0.5, 2.0],
+                          "rsa_spearman": [0.9, 0.5, 0.2, 0.1], "eval.ood_acc": [0.8, 0.6, 0.5, 0.4]})
+    for sigmas, log in (([0.02, 0.1, 0.5, 2.0], True), ([0.5, 1.0, 1.5, 2.0], False)):
+        f = frame.assign(**{"pe.init_std": sigmas})
+        fig = generalization_figure(generalization_frame(f, ["rsa_spearman"], "eval.ood_acc", "pe.init_std"),
+                                    ["rsa_spearman"], "eval.ood_acc", "pe.init_std")
+        norm = fig.axes[0].collections[0].norm
+        assert isinstance(norm, matplotlib.colors.LogNorm) is log
+        plt.close(fig)
+
+
 def test_index_links_the_pdf_of_a_figure_when_there_is_one(tmp_path):
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "metrics_vs_pe.init_std.pdf").write_bytes(b"%PDF-1.4")
