@@ -227,10 +227,13 @@ def parse_seeds(text: str) -> list[int]:
         raise InputError(f"--seeds {text!r}: give non-negative integers separated by commas, e.g. 0,1,2") from None
     if not seeds or any(s < 0 for s in seeds):
         raise InputError(f"--seeds {text!r}: give non-negative integers separated by commas, e.g. 0,1,2")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds {text!r} names a seed twice (its rows would be counted twice); give each once")
     return seeds
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainers.config import MAX_N_PER_LEVEL
     from trainers.tasks.lst_generate import DEFAULT_MIN_JACCARD
 
     p = OneLineArgumentParser(prog="python -m analyses.lst.data_check", description=__doc__.split("\n\n")[0])
@@ -249,7 +252,17 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds)
         if args.n_per_level < 6:
             raise InputError(f"--n-per-level {args.n_per_level}: at least 6 (each level's test share must round to one puzzle)")
+        if args.n_per_level > MAX_N_PER_LEVEL:
+            raise InputError(f"--n-per-level {args.n_per_level:,} is above the {MAX_N_PER_LEVEL:,} the trainer makes; "
+                             f"use at most that")
+        if not 0.0 <= args.min_jaccard <= 1.0:  # NaN too
+            raise InputError(f"--min-jaccard {args.min_jaccard!r}: a Jaccard distance between 0 and 1, e.g. "
+                             f"{DEFAULT_MIN_JACCARD:g} (the trainer's)")
         check_out_dir(args.out, args.force, inputs=args.runs)
+        if not args.runs and not args.force and (args.out / "cell_accuracy.csv").exists():
+            raise InputError(f"--out {args.out} holds a per-model section (cell_accuracy.csv, from --runs) that a run "
+                             f"without --runs would drop, and the runs may not be here to rebuild it; pass the same "
+                             f"--runs, another --out, or --force")
         for run in args.runs:
             run_checkpoint(run)
         labels = run_labels(args.runs)
@@ -258,13 +271,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(args.runs)}] accuracy per target cell: {lab}", file=sys.stderr, flush=True)
             evaluated.append(cell_accuracy(run, lab))
         cells = pd.concat(evaluated, ignore_index=True) if evaluated else None
+        per_seed = []
+        for s in seeds:
+            for mj in dict.fromkeys((args.min_jaccard, 0.0)):  # the filter, then the unfiltered control
+                print(f"splits of data seed {s}, min Jaccard {mj:g}", file=sys.stderr, flush=True)
+                per_seed.append(split_tables(s, args.n_per_level, mj))  # a filter too strict to fill: InputError
     except InputError as e:
         p.error(first_line(e))
-    per_seed = []
-    for s in seeds:
-        for mj in dict.fromkeys((args.min_jaccard, 0.0)):  # the filter, then the unfiltered control
-            print(f"splits of data seed {s}, min Jaccard {mj:g}", file=sys.stderr, flush=True)
-            per_seed.append(split_tables(s, args.n_per_level, mj))
     counts = pd.concat([c for c, _, _ in per_seed], ignore_index=True)
     givens = pd.concat([g for _, g, _ in per_seed], ignore_index=True)
     summary = pd.DataFrame([s for _, _, s in per_seed])

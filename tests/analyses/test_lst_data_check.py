@@ -54,12 +54,19 @@ def test_the_report_and_its_tables_are_written(tmp_path):
 
 
 @pytest.mark.parametrize("argv,needle", [(["--seeds", "a"], "--seeds"), (["--seeds", "-1"], "--seeds"),
-                                         (["--n-per-level", "2"], "--n-per-level")])
+                                         (["--n-per-level", "2"], "--n-per-level"),
+                                         (["--seeds", "0,0"], "names a seed twice"),
+                                         (["--n-per-level", "1000000000"], "above the 1,000,000"),
+                                         (["--min-jaccard", "nan"], "between 0 and 1"),
+                                         (["--min-jaccard", "-1"], "between 0 and 1"),
+                                         (["--min-jaccard", "0.99", "--n-per-level", "600"], "lower --min-jaccard")])
 def test_bad_options_are_one_line_errors_and_nothing_is_written(tmp_path, argv, needle):
     out = tmp_path / "o"
     res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", *argv, "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True)
-    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    lines = res.stderr.strip().splitlines()  # progress lines may come first (splits being made)
+    assert res.returncode == 2 and needle in lines[-1] and "Traceback" not in res.stderr
+    assert all(line.startswith("splits of data seed") for line in lines[:-1])
     assert not out.exists()
 
 
@@ -95,6 +102,14 @@ def test_runs_add_the_per_cell_section_and_a_missing_run_is_refused(tiny_run, tm
     res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", "--runs", str(tmp_path / "nope"),
                           "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 2 and "no checkpoint there" in res.stderr and not (tmp_path / "o2").exists()
+    # rerun without --runs into that report: its per-model section would be lost, so it is refused ...
+    before = sorted(p.name for p in out.iterdir())
+    res = subprocess.run([sys.executable, "-m", "analyses.lst.data_check", "--n-per-level", "60", "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and "holds a per-model section" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert DC.main(["--n-per-level", "60", "--out", str(out), "--force"]) == 0  # ... unless --force
+    assert not (out / "cell_accuracy.csv").exists()
 
 
 def test_two_runs_of_one_name_are_refused_not_merged(tiny_run, tmp_path):
