@@ -98,10 +98,26 @@ def sweep_root_problem(root: Path) -> str | None:
         return f"--root {root}: is a file, not a sweep folder; give the folder python -m analyses.lst.sweep --root wrote"
     if not root.is_dir():
         return f"--root {root}: no such sweep folder; train one with python -m analyses.lst.sweep --root {root}"
-    if not finished_runs(root):
+    runs = finished_runs(root)
+    if not runs:
         return (f"--root {root} holds no finished run yet; let python -m analyses.lst.sweep --root {root} finish "
                 "(its --dry-run lists each run's state)")
+    other = [(d, t) for d in runs if (t := run_task(d)) not in ("lst", None)]
+    if other:
+        d, task = other[0]
+        return (f"--root {root} holds {len(other)} run(s) of another task ({d.name}: {task!r}); these analyses are for "
+                f"Latin Square Task sweeps: point --root at one (netsim / brain runs: python -m analyses.netsim.report, "
+                f"analyses.brain.report)")
     return None
+
+
+def run_task(run_dir: Path) -> str | None:
+    """The task a run's config.json names ('lst', 'netsim', 'brain'), or None when it cannot be read."""
+    try:
+        task = json.loads((run_dir / "config.json").read_text()).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return task if isinstance(task, str) else None
 
 
 def check_arguments(parser: Any, root: Path, n_perm: int, n_boot: int) -> None:

@@ -207,3 +207,20 @@ def test_a_dry_run_into_a_closed_pipe_ends_quietly_with_exit_0(tmp_path, monkeyp
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert S.main(["--root", str(tmp_path / "sweep"), *SMALL, "--dry-run"]) == 0
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_root_of_another_tasks_runs_is_refused_before_analysing(tmp_path, monkeypatch):
+    """analyse / report / length analysed netsim runs for a while, then failed with a traceback (--view attention)."""
+    import json
+
+    from analyses.lst import analyse
+
+    root = tmp_path / "root"
+    for name, task in (("l1", "lst"), ("n1", "netsim")):
+        (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text(json.dumps({"task": task}))
+    monkeypatch.setattr(analyse, "finished_runs", lambda r: sorted(p for p in r.iterdir()))
+    problem = analyse.sweep_root_problem(root)
+    assert problem is not None and "1 run(s) of another task (n1: 'netsim')" in problem
+    (root / "n1" / "config.json").write_text(json.dumps({"task": "lst"}))
+    assert analyse.sweep_root_problem(root) is None
