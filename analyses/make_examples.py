@@ -6,18 +6,17 @@ Two 8x8 examples analysed against grid:8x8 through the public API (`pe_probe.api
 folders small, figures are PNG only (no PDFs) and both interactive pages load one shared local copy of plotly.js
 (``reports/examples/plotly.min.js``, still offline) instead of embedding 4.8 MB each.
 
-Run:  .venv/bin/python analyses/make_examples.py  [--out reports/examples]
+Run:  .venv/bin/python analyses/make_examples.py  [--out reports/examples] [--seed 0] [--force]
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
 import numpy as np
 
-from pe_probe.errors import OneLineArgumentParser
+from pe_probe.errors import InputError, OneLineArgumentParser, first_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,16 +45,37 @@ def make_examples(out: Path, seed: int = 0) -> list[Path]:
     return folders
 
 
-def main() -> None:
-    parser = OneLineArgumentParser(prog="python analyses/make_examples.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "examples")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    for folder in make_examples(args.out, args.seed):
+def main(argv: list[str] | None = None) -> int:
+    """Check the options (one-line errors, exit 2, nothing written), then write both reports into a staged folder
+    that replaces ``--out`` as a whole, or not at all (a Ctrl-C leaves the committed folder as it was)."""
+    from pe_probe.analysis import MAX_SEED
+    from pe_probe.output import check_out_dir, staged_dir
+
+    parser = OneLineArgumentParser(
+        prog="python analyses/make_examples.py", description=__doc__.split("\n\n")[0],
+        epilog="example: python analyses/make_examples.py --out out/examples   (then compare with reports/examples)")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "examples",
+                        help="folder for the two reports and plotly.min.js, replaced as a whole (default: reports/examples)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random table and of every analysis's permutations and resamples (default: 0)")
+    parser.add_argument("--force", action="store_true", help="replace an --out folder not written by pe-probe")
+    args = parser.parse_args(argv)
+    if not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed {args.seed}: an integer from 0 to {MAX_SEED:,}")
+    try:
+        check_out_dir(args.out, args.force)
+    except InputError as e:
+        parser.error(first_line(e))
+    with staged_dir(args.out, force=args.force) as stage:
+        names = [folder.name for folder in make_examples(stage, args.seed)]
+    for name in names:
+        folder = args.out / name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
         print(f"{folder}  ({size / 1e6:.1f} MB)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from pe_probe.errors import script_exit
+
+    script_exit(main, "python analyses/make_examples.py")
