@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.seed <= MAX_SEED:
         parser.error(f"--seed {args.seed}: an integer from 0 to {MAX_SEED:,}")
     try:
-        check_out_dir(args.out, args.force)
+        check_out_dir(args.out, args.force, kind="examples")
     except InputError as e:
         parser.error(first_line(e))
-    with staged_dir(args.out, force=args.force) as stage:
+    with staged_dir(args.out, force=args.force, kind="examples") as stage:
         names = [folder.name for folder in make_examples(stage, args.seed)]
     for name in names:
         folder = args.out / name

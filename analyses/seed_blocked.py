@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out or args.reports / "seed-blocked"
     try:
-        check_out_dir(out, args.force, inputs=[args.reports / name for name in ("lst", *MASKED_REPORTS)])
+        check_out_dir(out, args.force, inputs=[args.reports / name for name in ("lst", *MASKED_REPORTS)],
+                      kind="seed-blocked")
         tables = lst_tables(args.reports / "lst")
         masked = [masked_table(args.reports / name, kind) for name, kind in MASKED_REPORTS.items()
                   if (args.reports / name / "runs.csv").is_file()]
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(first_line(e))
     tables["masked"] = pd.concat(masked, ignore_index=True) if masked else pd.DataFrame()
     shown = list(sys.argv[1:] if argv is None else argv)
-    with staged_dir(out, force=args.force) as stage:
+    with staged_dir(out, force=args.force, kind="seed-blocked") as stage:
         for name, df in tables.items():
             df.to_csv(stage / f"{name}.csv", index=False)
         (stage / "README.md").write_text(readme(tables, shown))

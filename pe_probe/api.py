@@ -339,8 +339,8 @@ def write_analysis(result: AnalysisResult, out_dir: str | os.PathLike, *, force:
         raise InputError(f"formats must be a format name or a list of them (png, pdf, svg), got {formats!r:.60}")
     prov = result.provenance or {}
     inputs = [prov.get("source"), (prov.get("ground_truth") or {}).get("spec")]
-    out = check_out_dir(out_dir, force, inputs=[p for p in inputs if isinstance(p, str)])
-    with staged_dir(out, force) as stage:
+    out = check_out_dir(out_dir, force, inputs=[p for p in inputs if isinstance(p, str)], kind="analyze")
+    with staged_dir(out, force, kind="analyze") as stage:
         write_data_files(result, stage)
         if figures:
             from .report import write_report

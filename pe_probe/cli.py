@@ -280,7 +280,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise InputError(f"{flags} {'act' if len(given) > 1 else 'acts'} on the report folder only: add --out DIR or "
                          f"drop {flags}")
     if args.out:
-        check_out_dir(args.out, args.force, inputs=(args.source, args.ground_truth, args.reference, args.attention_reference))
+        check_out_dir(args.out, args.force, inputs=(args.source, args.ground_truth, args.reference, args.attention_reference),
+                      kind="analyze")
     kwargs = dict(pe_metric=args.pe_metric, methods=args.methods, n_perm=args.n_perm, n_boot=args.n_boot,
                   seed=args.seed, reference=args.reference, n_null=args.n_null, neighbours=args.neighbours,
                   progress=not args.quiet and not args.json)
@@ -304,7 +305,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if multi:
             from .output import staged_dir
 
-            with staged_dir(args.out, args.force) as stage:
+            with staged_dir(args.out, args.force, kind="analyze") as stage:
                 for layer, res in results:
                     write_analysis(res, stage / f"layer-{layer}", figures=not args.no_figures)
         else:

@@ -274,7 +274,8 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
         raise InputError("--by is empty; give a dotted config key such as pe.init_std, or leave --by out")
     given = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     skipped = set(skipped_folders([Path(s) for s in given]))  # never read: an earlier compare's --out may be one
-    out_dir = check_out_dir(out_dir, force, inputs=[*(s for s in given if Path(s) not in skipped), ground_truth])
+    out_dir = check_out_dir(out_dir, force, inputs=[*(s for s in given if Path(s) not in skipped), ground_truth],
+                            kind="compare")
     expanded, trajectory = expand_sources(sources)
     kwargs = {"n_perm": COMPARE_N_PERM, "n_boot": COMPARE_N_BOOT, **(analyze_kwargs or {})}  # as `pe-probe compare`
 
@@ -324,7 +325,7 @@ def compare(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
     if trajectory and frame["step"].isna().any():
         frame["step"] = frame["step"].fillna(pd.Series(range(len(frame)), dtype=float))
 
-    with staged_dir(out_dir, force) as staging:  # renamed into place only if everything was written
+    with staged_dir(out_dir, force, kind="compare") as staging:  # renamed into place only if everything was written
         _write_outputs(staging, frame, by=by, trajectory=trajectory, formats=formats,
                        traj=(traj_method, traj_embeddings, first[2] if first else None))
     return frame

@@ -12,6 +12,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -28,7 +29,7 @@ MAX_OUT_NAME = 200  # bytes of --out's last name: staged as ".NAME.staging-PID-X
 
 
 def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[Any] = (),
-                  created_inputs: Iterable[str | os.PathLike] = ()) -> Path:
+                  created_inputs: Iterable[str | os.PathLike] = (), kind: str | None = None) -> Path:
     """Refuse early (before any work) an output folder we may not write: a file, the current folder or
     one above it, a folder not written by pe-probe (unless ``force``), or one that is or holds one of
     ``inputs`` (paths the command reads; replacing the folder would delete them, --force or not).
@@ -37,7 +38,9 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
     folder (`owning_folder`: RUN/last.pt, RUN/checkpoints/step-N.pt, MODEL/model.safetensors) makes that
     folder an input folder too: its other parts (RUN/checkpoints) are not replaced, --force or not. Inputs
     are compared by their real paths (relative, through ``..`` or symbolic links alike); an ``out`` with
-    ``..`` in it, or a symbolic link to a folder, is checked, and returned, as the folder it names."""
+    ``..`` in it, or a symbolic link to a folder, is checked, and returned, as the folder it names. ``kind`` names
+    the report the caller writes (`MARKER` records it): a folder pe-probe wrote as another kind of report (the
+    committed reports/lst-data, when seed_blocked is pointed at it) is refused too, unless ``force``."""
     out = Path(out)
     check_utf8_out(out)
     try:
@@ -76,6 +79,10 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
                              f"report there would delete, --force or not; name a new folder or one outside {folder}")
     if _foreign(out) and not force:
         raise InputError(f"--out {out} exists and was not written by pe-probe; choose another folder or pass --force to replace it")
+    other = written_as(out)
+    if kind is not None and other is not None and other != kind and not force:
+        raise InputError(f"--out {out} holds another kind of report ({other}, not {kind}); choose another folder or pass "
+                         f"--force to replace it")
     # the nearest existing ancestor must be a folder we can write into (checked before any work)
     ancestor = resolved.parent
     while not ancestor.exists():
@@ -90,9 +97,10 @@ def check_out_dir(out: str | os.PathLike, force: bool = False, inputs: Iterable[
 
 
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
-    """Yield a staging folder; on success it replaces ``out`` atomically, on error it is removed."""
-    out = check_out_dir(out, force)
+def staged_dir(out: str | os.PathLike, force: bool = False, kind: str | None = None) -> Iterator[Path]:
+    """Yield a staging folder; on success it replaces ``out`` atomically, on error it is removed. ``kind``: the
+    report written, recorded in its `MARKER` and checked against the one there (`check_out_dir`)."""
+    out = check_out_dir(out, force, kind=kind)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned(out)
@@ -103,7 +111,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
         with terminate_as_exit():
             yield stage
         stop_if_interrupted()  # a Ctrl-C that a callback swallowed: no report
-        (stage / MARKER).write_text("written by pe-probe\n")
+        (stage / MARKER).write_text(f"written by pe-probe ({kind})\n" if kind else "written by pe-probe\n")
         if out.exists():
             _swap_in(stage, out)
         else:
@@ -230,6 +238,19 @@ def owning_folder(file: Path) -> Path | None:
                 p.suffix in WEIGHT_SUFFIXES and p.is_file() for p in folder.iterdir())):
             return folder
     return None
+
+
+_MARKER_KIND = re.compile(r"written by pe-probe \(([^)\n]+)\)")
+
+
+def written_as(out: Path) -> str | None:
+    """The kind of report `MARKER` in ``out`` records (``"analyze"``, ``"seed-blocked"``, ...), or None: no marker, an
+    unreadable one, or one from before kinds were recorded ("written by pe-probe")."""
+    try:
+        m = _MARKER_KIND.match((Path(out) / MARKER).read_text(errors="replace")[:200])
+    except OSError:
+        return None
+    return m.group(1) if m else None
 
 
 def _foreign(out: Path) -> bool:

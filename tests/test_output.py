@@ -396,3 +396,33 @@ def test_a_second_ctrl_c_during_cleanup_still_removes_the_staging_folder(tmp_pat
             (stage / "metrics.json").write_text("{}")
             raise KeyboardInterrupt  # the first Ctrl-C
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_report_of_another_kind_is_not_replaced_without_force(tmp_path):
+    """Every report folder had the same marker, so any command replaced any other's report (seed_blocked
+    --out reports/lst-data replaced the committed data check, whose per-model section needs runs not in the repo)."""
+    from pe_probe.output import MARKER, check_out_dir, staged_dir, written_as
+
+    with staged_dir(tmp_path / "rep", kind="lst-data") as stage:
+        (stage / "summary.csv").write_text("x\n")
+    assert (tmp_path / "rep" / MARKER).read_text() == "written by pe-probe (lst-data)\n"
+    assert written_as(tmp_path / "rep") == "lst-data"
+    with pytest.raises(InputError, match=r"holds another kind of report \(lst-data, not seed-blocked\).*--force"):
+        check_out_dir(tmp_path / "rep", kind="seed-blocked")
+    check_out_dir(tmp_path / "rep", kind="lst-data")  # the same command may rewrite its own report
+    check_out_dir(tmp_path / "rep", force=True, kind="seed-blocked")
+    check_out_dir(tmp_path / "rep")  # a caller that names no kind
+    (tmp_path / "rep" / MARKER).write_text("written by pe-probe\n")  # written before kinds were recorded
+    assert written_as(tmp_path / "rep") is None
+    check_out_dir(tmp_path / "rep", kind="seed-blocked")
+
+
+def test_committed_reports_record_which_command_wrote_them():
+    from pe_probe.output import written_as
+
+    reports = Path(__file__).resolve().parents[1] / "reports"
+    expected = {"lst": "lst-report", "lst-long": "lst-length", "lst-data": "lst-data", "seed-blocked": "seed-blocked",
+                "netsim": "netsim-report", "netsim-standard": "netsim-report", "brain": "brain-report",
+                "brain-standard": "brain-report", "demo": "demo-report", "examples": "examples",
+                "examples/sinusoid-8x8": "analyze", "examples/random-8x8": "analyze"}
+    assert {name: written_as(reports / name) for name in expected} == expected

@@ -122,7 +122,7 @@ def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:
             "rsa_fc_spearman", "rsa_dist_given_fc", "rsa_fc_given_dist"]
     summ = summarise(df, cols)
 
-    with staged_dir(plan.out, force) as out:  # renamed into place only when complete
+    with staged_dir(plan.out, force, kind="brain-report") as out:  # renamed into place only when complete
         (out / "figures").mkdir()
         write_json(out / "ground_truths.json", {"train_subjects": train_ids, "test_subjects": test_ids,
                                                 "fc_vs_distance": rel, "mapping_evidence": evidence})

@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         check_utf8_out(args.runs, "--runs")  # else the demo would refuse it as its --out, a flag not given here
-        check_out_dir(args.out, created_inputs=[args.runs])  # before training: replacing --out must not delete the runs
+        check_out_dir(args.out, created_inputs=[args.runs], kind="demo-report")  # before training: replacing --out must not delete the runs
         summary = run_demo(args.runs, force=args.force)
         missing = [rel for rel in small_files(list(SIGMAS)) if not (args.runs / rel).is_file()]
         if missing:
             raise InputError(f"{args.runs / missing[0]} is missing ({len(missing)} file(s) of the demo); rerun with --force")
-        with staged_dir(args.out) as out:
+        with staged_dir(args.out, kind="demo-report") as out:
             copy_outputs(args.runs, out, list(SIGMAS))
             (out / "README.md").write_text(readme(summary.read_text(), args.runs, list(SIGMAS)))
     except RunDirRefused as e:  # the trainer's fix names its --out, which here is --runs

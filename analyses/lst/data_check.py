@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0.0 <= args.min_jaccard <= 1.0:  # NaN too
             raise InputError(f"--min-jaccard {args.min_jaccard!r}: a Jaccard distance between 0 and 1, e.g. "
                              f"{DEFAULT_MIN_JACCARD:g} (the trainer's)")
-        check_out_dir(args.out, args.force, inputs=args.runs)
+        check_out_dir(args.out, args.force, inputs=args.runs, kind="lst-data")
         if not args.runs and not args.force and (args.out / "cell_accuracy.csv").exists():
             raise InputError(f"--out {args.out} holds a per-model section (cell_accuracy.csv, from --runs) that a run "
                              f"without --runs would drop, and the runs may not be here to rebuild it; pass the same "
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     givens = pd.concat([g for _, g, _ in per_seed], ignore_index=True)
     summary = pd.DataFrame([s for _, _, s in per_seed])
     shown = list(sys.argv[1:] if argv is None else argv)
-    with staged_dir(args.out, force=args.force) as stage:
+    with staged_dir(args.out, force=args.force, kind="lst-data") as stage:
         counts.to_csv(stage / "target_cells.csv", index=False)
         givens.to_csv(stage / "givens.csv", index=False)
         summary.to_csv(stage / "summary.csv", index=False)

@@ -521,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     if why and args.base is not None:  # named by the user: a usage error
         p.error(f"--base {show_path(args.base)} {why}; pass the main sweep's folder, or --base '' to skip the cross-check")
     try:
-        check_out_dir(args.out, args.force, inputs=[root] + ([base_dir] if base_dir is not None else []))
+        check_out_dir(args.out, args.force, inputs=[root] + ([base_dir] if base_dir is not None else []),
+                      kind="lst-length")
     except InputError as e:
         p.error(str(e))
     problem = at_problem(root, args.at)
@@ -541,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         base = {"skipped": f"the main sweep's folder {base_dir} (the default --base) {why}"}
     else:
         base = read_base(base_dir)
-    write_staged(p, args.out, args.force, lambda stage: write_report(
+    write_staged(p, args.out, args.force, "lst-length", lambda stage: write_report(
         root, stage, base=base, frames=frames, at=args.at, cmd=cmd, notes=args.note, n_perm=args.n_perm))
     return 0
 

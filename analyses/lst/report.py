@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     check_arguments(p, Path(args.root), args.n_perm, args.n_boot)
     try:
-        check_out_dir(args.out, args.force, inputs=[args.root])
+        check_out_dir(args.out, args.force, inputs=[args.root], kind="lst-report")
         setting.read_grid(Path(args.root))  # an unreadable grid.json: refused before the analyses
     except InputError as e:
         p.error(str(e))
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     write_tables(frames, root)
     cmd = regenerate_command("analyses.lst.report", [("--root", args.root)]
                              + ([("--out", args.out)] if args.out != "reports/lst" else []), args)
-    write_staged(p, args.out, args.force, lambda stage: write_report(
+    write_staged(p, args.out, args.force, "lst-report", lambda stage: write_report(
         root, stage, frames, cmd, notes=args.note, n_perm=args.n_perm, n_boot=args.n_boot))
     return 0
 

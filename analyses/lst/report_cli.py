@@ -32,11 +32,12 @@ def regenerate_command(module: str, options: list[tuple[str, str]], args: argpar
     return cmd + "".join(f" \\\n    --note {shlex.quote(n)}" for n in args.note)
 
 
-def write_staged(p: argparse.ArgumentParser, out: str, force: bool, write: Callable[[Path], object]) -> None:
-    """``write(stage)`` into a staging folder that replaces ``out`` only once it returns; an `InputError` is a
-    usage error of ``p`` (one line, exit 2) and leaves ``out`` as it was."""
+def write_staged(p: argparse.ArgumentParser, out: str, force: bool, kind: str, write: Callable[[Path], object]) -> None:
+    """``write(stage)`` into a staging folder that replaces ``out`` only once it returns (a report of ``kind``,
+    `pe_probe.output.staged_dir`); an `InputError` is a usage error of ``p`` (one line, exit 2) and leaves ``out``
+    as it was."""
     try:
-        with staged_dir(out, force) as stage:
+        with staged_dir(out, force, kind=kind) as stage:
             write(stage)
     except InputError as e:
         p.error(str(e))

@@ -198,7 +198,7 @@ def build(plan: Plan, conds: list[dict], workers: int, force: bool) -> None:
                                                       "ood_noise_rel")}}])
 
     # 4. the report folder: staged, renamed into place only when complete
-    with staged_dir(plan.out, force) as out:
+    with staged_dir(plan.out, force, kind="netsim-report") as out:
         (out / "figures").mkdir()
         write_json(out / "activity_geometry.json", {"train_noise": geo, "ood_noise": geo_ood,
                                                     "n_edges": int((net.W > 0).sum())})

@@ -73,7 +73,7 @@ def _same_path(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Plan:
+def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path, task: str | None = None) -> Plan:
     """`make_plan`, checked: a bad --workers, a --runs that is a file, or an --out that may not be written
     (`check_out_dir`; it may never be or hold --runs, trained or not) is a usage error of ``p`` (one line, exit 2), raised
     before anything is written."""
@@ -90,7 +90,7 @@ def resolve_scale(p: Any, args: Any, scales: dict[str, Scale], root: Path) -> Pl
         where = f"--runs {runs}" + ("" if file == runs else f": {file}")
         p.error(f"{where} is a file, not a folder; pass the folder that holds (or will hold) the run folders")
     try:
-        check_out_dir(out, args.force, created_inputs=[runs])
+        check_out_dir(out, args.force, created_inputs=[runs], kind=f"{task}-report" if task else None)
     except InputError as e:
         p.error(str(e))
     return plan
@@ -185,7 +185,7 @@ def report_main(p: Any, argv: list[str] | None, task: str, scales: dict[str, Sca
     exit 2, nothing written), then ``build(plan, conds, workers, force)`` trains the sweep and writes the
     report; an `InputError` it raises before writing (e.g. no HCP data) is a usage error too."""
     args = p.parse_args(argv)
-    plan = resolve_scale(p, args, scales, root)
+    plan = resolve_scale(p, args, scales, root, task)
     seeds = list(plan.scale.seeds)
     check_runs(p, task, plan.runs, conds, seeds, plan.scale.preset)
     check_trained(p, args, task, plan.runs, conds, seeds, plan.scale.preset)

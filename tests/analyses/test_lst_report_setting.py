@@ -155,7 +155,7 @@ def test_an_existing_folder_not_written_by_pe_probe_is_refused_before_any_work(t
     assert code == 2 and "was not written by pe-probe" in err and "--force" in err and len(err.splitlines()) == 1
     assert (out / "README.md").read_text() == "mine" and not calls and not (root / "analysis").exists()
     assert _main(["--root", str(root), "--out", str(out), "--force"], capsys)[0] == 0
-    assert (out / MARKER).read_text() == "written by pe-probe\n" and "Latin Square" in (out / "README.md").read_text()
+    assert (out / MARKER).read_text() == "written by pe-probe (lst-report)\n" and "Latin Square" in (out / "README.md").read_text()
     assert _main(["--root", str(root), "--out", str(out)], capsys)[0] == 0  # ours now: no --force needed
 
 

@@ -118,7 +118,8 @@ def test_committed_readmes_print_the_command_that_made_them(module):
         args = p.parse_args(shlex.split(cmd)[3:])
         assert args.scale == scale.name and args.runs is None and args.out is None
         assert lines[2:8] == regenerate_lines(make_plan(p, args, mod.SCALES, mod.ROOT), needs)
-        assert (mod.ROOT / "reports" / scale.out / ".pe-probe-output").read_text() == "written by pe-probe\n"
+        kind = module.split(".")[1]  # analyses.netsim.report: netsim-report
+        assert (mod.ROOT / "reports" / scale.out / ".pe-probe-output").read_text() == f"written by pe-probe ({kind}-report)\n"
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -195,7 +196,7 @@ def test_netsim_report_is_written_atomically_and_names_its_command(tmp_path, mon
     assert f"({baseline['covariance_eigenvalues_clipped']} of {baseline['covariance_size']} eigenvalues" in text
     assert f"\npython -m analyses.netsim.report --runs {shlex.quote(str(runs))} --out {shlex.quote(str(out))}\n" in text
     assert f"trains missing runs into `{runs}/`" in text
-    assert (out / MARKER).read_text() == "written by pe-probe\n"
+    assert (out / MARKER).read_text() == "written by pe-probe (netsim-report)\n"
     assert {p.name for p in out.iterdir()} == {MARKER, "README.md", "runs.csv", "summary.csv", "layers.csv", "figures",
                                                "activity_geometry.json", "linear_baseline.json"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my runs", "rep"]  # no staging folder left
