@@ -28,7 +28,8 @@ from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .roundoff import FLOAT64, distance_error, storage_roundoff
 from .spectrum import explained_variance_ratio, participation_ratio
-from .validation import (
+from .validation import (  # noqa: F401 - MAX_SEED: pe_probe.analysis.MAX_SEED, as callers name it
+    MAX_SEED,
     as_float_array,
     check_choice,
     check_coords,
@@ -108,7 +109,6 @@ def parse_methods(methods: str | Sequence[str]) -> tuple[str, ...]:
 MAX_PERMUTATIONS = 1_000_000  # p-values resolve to 1e-6; more only costs time
 MAX_BOOTSTRAP = 100_000  # a (resamples x N) count matrix is held in memory
 MAX_NULL_TABLES = 1000  # random tables for the chance level: each is a full RSA
-MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables (numpy's SeedSequence would take any size)
 # Below this many resamples the 2.5% and 97.5% percentiles fall between the two most extreme resamples
 # (0.025 (n - 1) < 1, that is n <= 40): the CI's ends are set by those extremes, not by percentiles
 # (n_boot = 1: a zero-width CI).

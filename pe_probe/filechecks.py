@@ -94,7 +94,7 @@ def open_npy(path: Path, what: str = "table") -> tuple[tuple[int, ...], np.dtype
 
 # what reading a damaged zip member raises: also an encrypted member (RuntimeError), an unknown compression
 # method (NotImplementedError) and a corrupt deflate stream (zlib.error)
-_ZIP_MEMBER_ERRORS = (EOFError, OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError, zlib.error)
+ZIP_MEMBER_ERRORS = (EOFError, OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError, zlib.error)
 
 
 def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[[], np.ndarray]]]:
@@ -126,13 +126,13 @@ def open_npz(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, Callable[
                     try:
                         with zipfile.ZipFile(path) as z, z.open(info) as f:
                             return npf.read_array(f, allow_pickle=False)
-                    except _ZIP_MEMBER_ERRORS as e:
+                    except ZIP_MEMBER_ERRORS as e:
                         raise InputError(f"{mlabel}: not readable ({_first_line(e)}); {fix}") from None
 
                 out[key] = (shape, dtype, read)
     except InputError:
         raise
-    except _ZIP_MEMBER_ERRORS as e:
+    except ZIP_MEMBER_ERRORS as e:
         raise InputError(f"{label}: not a readable .npz file (empty, truncated or damaged: {_first_line(e)}); {fix}") from None
     if not out:
         raise InputError(f"{label}: the .npz holds no arrays; {fix}")

@@ -227,7 +227,7 @@ def read_number_table(path: str | os.PathLike, *, header: bool, what: str = "fil
 def read_named_table(path: str | os.PathLike, *, header: bool, what: str = "file",
                      true_columns: bool = False) -> tuple[list[str] | None, np.ndarray, float]:
     """`read_number_table`, also returning the header row it skipped (its stripped cells), or None, and the
-    numbers' relative precision as written (`pe_probe.roundoff.decimal_roundoff`). With ``true_columns``, a
+    numbers' relative precision as written (`pe_probe.roundoff.digits_roundoff`). With ``true_columns``, a
     header naming ``true_0 .. true_{k-1}`` selects those columns, and only they must be numbers (pe-probe's own
     embedding.csv and layout.csv hold other columns, some of them text)."""
     path = Path(path)

@@ -23,7 +23,6 @@ import os
 import pickle
 import re
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator, Mapping
@@ -33,7 +32,8 @@ import numpy as np
 
 from pe_probe.errors import InputError, NoPETableError, show_path, torch_load_reason
 from pe_probe.errors import first_line as _first_line
-from pe_probe.filechecks import check_not_numpy, check_not_special, check_safe_torch_loader, check_torch_pickle, open_npy, open_npz
+from pe_probe.filechecks import (ZIP_MEMBER_ERRORS, check_not_numpy, check_not_special, check_safe_torch_loader,
+                                 check_torch_pickle, open_npy, open_npz)
 from pe_probe.torchfile import read_torch_file, torch_file_reason
 from pe_probe.torchzip import PUT_OPS, mmap_is_safe
 from pe_probe.groundtruth import GroundTruth, ground_truth_from_checkpoint, read_number_table
@@ -583,7 +583,7 @@ def _pickle_has_code(path: Path) -> bool:
                 data = zf.read(names[0]) if names else b""
         else:
             data = path.read_bytes()
-    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):
+    except ZIP_MEMBER_ERRORS:
         return False  # a damaged zip (its first bytes overwritten, an encrypted or unknown-method member)
     stream = _io.BytesIO(data)
     for _ in range(LEGACY_PICKLES):

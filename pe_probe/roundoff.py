@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -49,15 +48,6 @@ def storage_roundoff(values: Any) -> float:
     return u
 
 
-def decimal_roundoff(cells: Iterable[str]) -> float:
-    """Unit roundoff of numbers written as decimal text, from the most significant digits any cell shows.
-
-    A writer that rounds to D significant digits (``%.6g``) leaves relative errors up to 0.5 * 10^(1 - D);
-    its shorter cells ("1.5") are exact values that needed fewer digits, so D is the largest count seen.
-    Under `MIN_ROUNDED_DIGITS` the text is read as exact; at 16 digits and more it is float64's."""
-    return digits_roundoff(max((significant_digits(c) for c in cells), default=0))
-
-
 def significant_digits(cell: str) -> int:
     """Significant digits of a number written as text ("0.866025": 6, "-1.5e3": 2, "inf": 0)."""
     m = _MANTISSA.match(cell)
@@ -65,7 +55,11 @@ def significant_digits(cell: str) -> int:
 
 
 def digits_roundoff(most: int) -> float:
-    """`decimal_roundoff` for text whose cells show at most ``most`` significant digits."""
+    """Unit roundoff of numbers written as decimal text whose cells show at most ``most`` significant digits.
+
+    A writer that rounds to D significant digits (``%.6g``) leaves relative errors up to 0.5 * 10^(1 - D);
+    its shorter cells ("1.5") are exact values that needed fewer digits, so D is the largest count seen.
+    Under `MIN_ROUNDED_DIGITS` the text is read as exact; at 16 digits and more it is float64's."""
     if most < MIN_ROUNDED_DIGITS or most >= 16:
         return FLOAT64
     return 0.5 * 10.0 ** (1 - most)

@@ -9,6 +9,8 @@ import numpy as np
 
 from .errors import InputError, first_line
 
+MAX_SEED = 2**63 - 1  # the largest int64: seeds are recorded in tables, and torch.manual_seed takes 64-bit seeds
+
 MIN_POSITIONS = 4
 
 

@@ -11,7 +11,7 @@ from scipy.stats import kendalltau
 import pe_probe
 from pe_probe.distances import merge_near_ties
 from pe_probe.reference import sinusoid_2d
-from pe_probe.roundoff import FLOAT64, decimal_roundoff, distance_error, storage_roundoff
+from pe_probe.roundoff import FLOAT64, digits_roundoff, distance_error, significant_digits, storage_roundoff
 
 TIE_METRICS = ("rsa_spearman", "rsa_kendall", "trustworthiness", "knn_overlap")
 
@@ -110,6 +110,11 @@ def test_storage_roundoff_reads_the_format():
     # float32's rounding apart (test_large_rotated_float32_grid_keeps_its_ties)
     assert storage_roundoff(np.array([0.5, 1.5])) == 2.0**-24
     assert storage_roundoff([0.1, 0.2]) == FLOAT64
+
+
+def decimal_roundoff(cells: list[str]) -> float:
+    """What read_named_table derives from a file's cells: the roundoff of the most digits any shows."""
+    return digits_roundoff(max(significant_digits(c) for c in cells))
 
 
 def test_decimal_roundoff_counts_the_writers_digits():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pe_probe.errors import InputError
+from pe_probe.validation import MAX_SEED
 from trainers.pe import INITS, PE_KINDS, TABLE_INIT_KINDS, init_matters, pe_kinds_for
 
 TASKS = ("lst",)
@@ -240,9 +241,6 @@ MAX_NETSIM = {"n_nodes": 10_000, "n_train": 1_000_000, "n_test": 1_000_000, "win
 MIN_NODES = 4  # netsim: the fewest nodes a network may have
 MAX_NETSIM_VALUES = 2_000_000_000  # (n_train + 2 n_test) x n_nodes x window float32 samples: 8 GB
 MAX_WINDOW = 10_000  # brain: TRs per token (a scan has about 1,200)
-
-
-MAX_SEED = 2**63 - 1  # torch.manual_seed takes 64-bit seeds; analyze's --seed stops here too (int64 tables)
 
 
 def _seed(value: Any) -> bool:
