@@ -40,27 +40,28 @@ SUMMARY_TITLE = "# pe-probe demo"
 DEMO_ENTRIES = ("runs", "analysis", "compare", "summary.md", DEMO_MARKER)
 
 
-def check_demo_dir(out: str | os.PathLike) -> Path:
+def check_demo_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     """Refuse, before any training, an --out the demo may not write into: an empty path (the current folder),
     a file, or an existing non-empty folder that is not a demo folder. The demo writes into OUT and replaces
     OUT/summary.md and OUT/compare/ as a whole, so a folder of the user's own files lost them (exit 0, --force
     or not). A demo folder carries `DEMO_MARKER`; an older one, written before the marker, is recognised by its
-    entries (`_old_demo_dir`), so it still resumes."""
+    entries (`_old_demo_dir`), so it still resumes. ``flag``: the option the messages name (a caller that takes
+    the demo folder under another option, as `analyses.demo.report`'s --runs)."""
     from pe_probe.errors import InputError, check_utf8_out
 
     if not str(out):
-        raise InputError('--out "" is an empty path (is a shell variable unset?); name the demo folder, e.g. --out out/demo')
-    check_utf8_out(out)  # the analysis of its runs would refuse their paths after training
+        raise InputError(f'{flag} "" is an empty path (is a shell variable unset?); name the demo folder, e.g. {flag} out/demo')
+    check_utf8_out(out, flag)  # the analysis of its runs would refuse their paths after training
     path = Path(out)
     if path.is_symlink() and not path.exists():
-        raise InputError(f"--out {out} is a symbolic link to nothing; remove it or name a new folder")
+        raise InputError(f"{flag} {out} is a symbolic link to nothing; remove it or name a new folder")
     if path.exists() and not path.is_dir():
-        raise InputError(f"--out {out} is a file, not a folder; name a new folder, e.g. --out out/demo")
+        raise InputError(f"{flag} {out} is a file, not a folder; name a new folder, e.g. {flag} out/demo")
     entries = sorted(path.iterdir()) if path.is_dir() else []
     if not entries or (path / DEMO_MARKER).is_file() or _old_demo_dir(path):
         return path
     shown = next((e.name for e in entries if not _demo_entry(e.name)), entries[0].name)
-    raise InputError(f"--out {out} exists and is not a folder pe-probe demo wrote (it holds {shown}); the demo writes "
+    raise InputError(f"{flag} {out} exists and is not a folder pe-probe demo wrote (it holds {shown}); the demo writes "
                      f"runs/, analysis/, compare/ and summary.md into it, replacing what is there: choose a new or empty "
                      f"folder (--force retrains a demo folder's runs; it does not take over other folders)")
 
@@ -123,7 +124,7 @@ def marked_demo_dir(out: Path) -> Iterator[None]:
         raise
 
 
-def _finished(run: Path, epochs: int, out: Path) -> bool:
+def _finished(run: Path, epochs: int, out: Path, flag: str = "--out") -> bool:
     """Whether ``run`` already holds a checkpoint at its last epoch.
 
     A ``last.pt`` left there is untrusted (a crash, an edit, a foreign file): it is read with the
@@ -136,7 +137,7 @@ def _finished(run: Path, epochs: int, out: Path) -> bool:
     last = run / "last.pt"
     if not last.exists() and not last.is_symlink():
         return False
-    fix = f"delete {run} (or pass --force to redo everything), or pass another --out than {out}"
+    fix = f"delete {run} (or pass --force to redo everything), or pass another {flag} than {out}"
     if not last.is_file():
         raise InputError(f"{last} is not a checkpoint file; {fix}")
     try:
@@ -219,19 +220,21 @@ def run_demo(
     n_per_level: int | None = None,
     device: str = "cpu",
     force: bool = False,
+    flag: str = "--out",
 ) -> Path:
     """Train, analyse and compare the two runs under ``out``; return the path of ``summary.md``.
 
-    ``out`` must be new, empty or a demo folder (`check_demo_dir`); ``force`` retrains the runs there."""
+    ``out`` must be new, empty or a demo folder (`check_demo_dir`); ``force`` retrains the runs there. ``flag``
+    names the option that gave ``out`` in error messages."""
     from pe_probe.compare import compare
 
-    out = check_demo_dir(out)
+    out = check_demo_dir(out, flag)
     cfgs = {name: make_config("quick", {
         "pe.kind": "learned", "pe.init": "normal", "pe.init_std": sigma,
         "optim.epochs": epochs, "data.n_per_level": n_per_level, "device": device,
     }) for name, sigma in SIGMAS.items()}
     cfg = next(iter(cfgs.values()))
-    fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs, out) for name, c in cfgs.items()}
+    fresh = {name: force or not _finished(out / "runs" / name, c.optim.epochs, out, flag) for name, c in cfgs.items()}
     # both runs as one ensemble: on a GPU one batched group; on the CPU side by side, one core each
     print(f"== training {', '.join(cfgs)} ({cfg.optim.epochs} epochs, as one ensemble) ==", flush=True)
     with marked_demo_dir(out):

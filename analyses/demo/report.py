@@ -25,9 +25,12 @@ COMPARE_FILES = ("compare.csv", "correlations.csv", "figures/identifiability_vs_
 FOLDERS_LINE = "Folders: `runs/`"  # the demo's pointer to its own folders, replaced here
 
 
+class _HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the module docstring's example lines and names each option's default."""
+
+
 def parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(prog="python -m analyses.demo.report", description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineArgumentParser(prog="python -m analyses.demo.report", description=__doc__, formatter_class=_HelpFormat)
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "report-demo",
                    help="where `pe-probe demo` trains (resumable; finished runs are skipped)")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "demo", help="the report folder")
@@ -43,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        check_utf8_out(args.runs, "--runs")  # else the demo would refuse it as its --out, a flag not given here
+        check_utf8_out(args.runs, "--runs")  # before --out's check, which would name it otherwise
         check_out_dir(args.out, created_inputs=[args.runs], kind="demo-report")  # before training: replacing --out must not delete the runs
-        summary = run_demo(args.runs, force=args.force)
+        summary = run_demo(args.runs, force=args.force, flag="--runs")
         missing = [rel for rel in small_files(list(SIGMAS)) if not (args.runs / rel).is_file()]
         if missing:
             raise InputError(f"{args.runs / missing[0]} is missing ({len(missing)} file(s) of the demo); rerun with --force")

@@ -48,7 +48,7 @@ def test_a_demo_folder_missing_a_file_is_a_one_line_error(tmp_path, monkeypatch,
     import trainers.demo
     from analyses.demo import report
 
-    def fake_demo(runs, force=False):
+    def fake_demo(runs, force=False, **_):
         (runs / "runs").mkdir(parents=True)
         (runs / "summary.md").write_text("# t\n\nFolders: `runs/`\n")
         return runs / "summary.md"
@@ -79,7 +79,7 @@ def test_a_refused_run_folder_names_runs_not_the_trainers_out(tmp_path, monkeypa
     from analyses.demo import report
     from trainers.train import RunDirRefused
 
-    def refused(runs, force=False):
+    def refused(runs, force=False, **_):
         raise RunDirRefused(runs / "runs" / "sigma-0.1", "holds a run with a different config: optim.epochs (6 -> 40)",
                             "use another --out, or --force to restart")
 
@@ -89,3 +89,23 @@ def test_a_refused_run_folder_names_runs_not_the_trainers_out(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1
     assert "optim.epochs (6 -> 40); pass another --runs, or --force to retrain" in err and "--out" not in err
+
+
+@pytest.mark.parametrize("make", ["file", "foreign folder"])
+def test_a_bad_runs_folder_is_named_as_runs_not_as_the_demos_out(tmp_path, capsys, make):
+    """The demo checks its folder as its own --out; under this command that folder is --runs, and the error (and
+    its fix) must say so, before any training."""
+    from analyses.demo import report
+
+    runs = tmp_path / "runs"
+    if make == "file":
+        runs.write_text("x")
+    else:
+        runs.mkdir()
+        (runs / "mine.txt").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--runs", str(runs), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert f"error: --runs {runs} " in err and "--out" not in err
+    assert not (tmp_path / "rep").exists()
