@@ -21,6 +21,7 @@ Writes README.md (the numbers with how each was computed) and one CSV per sectio
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import sys
@@ -329,7 +330,8 @@ def readme(tables: dict[str, pd.DataFrame], argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = OneLineArgumentParser(prog="python -m analyses.seed_blocked", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m analyses.seed_blocked", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reports", type=Path, default=ROOT / "reports", help="the committed reports folder (default: reports/)")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: REPORTS/seed-blocked)")
     p.add_argument("--force", action="store_true", help="replace an --out folder not written by pe-probe")

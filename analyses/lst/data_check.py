@@ -16,6 +16,7 @@ filter also shifts. With --runs, trained models' accuracy per target cell says w
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.config import MAX_N_PER_LEVEL
     from trainers.tasks.lst_generate import DEFAULT_MIN_JACCARD
 
-    p = OneLineArgumentParser(prog="python -m analyses.lst.data_check", description=__doc__.split("\n\n")[0])
+    p = OneLineArgumentParser(prog="python -m analyses.lst.data_check", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="0", help="data seeds, comma-separated (default: 0, the trainer's default)")
     p.add_argument("--n-per-level", type=int, default=3000, help="training pool per level (default: 3000, the trainer's)")
     p.add_argument("--min-jaccard", type=float, default=DEFAULT_MIN_JACCARD,
