@@ -301,6 +301,12 @@ def chosen_reports(text: str, explicit: bool) -> tuple[list[str], dict[str, str]
 
 def check_inputs(args: argparse.Namespace, names: list[str]) -> None:
     """Refuse, before any training, folders that cannot serve."""
+    for flag in ("committed", "regenerated"):
+        folder = getattr(args, flag)
+        if folder is not None and not folder.is_dir():
+            what = "is a file, not a folder" if folder.exists() else "does not exist"
+            raise InputError(f"--{flag} {show_path(folder)} {what}; pass the folder that holds the {flag} report "
+                             f"folders (NAME/ for each of {', '.join(names)})")
     for name in names:
         if not (args.committed / name).is_dir():
             raise InputError(f"--committed {show_path(args.committed)} has no {name}/ report folder; pass the reports/ "

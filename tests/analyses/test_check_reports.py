@@ -159,7 +159,9 @@ def test_a_failed_regeneration_is_reported_and_exits_1(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize("extra, message", [
     (["--reports", "lst"], "unknown report lst"),
     (["--reports", ","], "unknown report (none)"),
-    (["--reports", "netsim", "--regenerated", "MISSING"], "has no netsim/ folder"),
+    (["--reports", "netsim", "--regenerated", "MISSING"], "--regenerated MISSING does not exist; pass the folder"),
+    (["--reports", "netsim", "--regenerated", "FILE"], "--regenerated FILE is a file, not a folder; pass the folder"),
+    (["--reports", "netsim", "--regenerated", "."], "has no netsim/ folder"),
     (["--reports", "netsim", "--rtol", "-1"], "--rtol -1.0 must be"),
     (["--reports", "netsim", "--atol", "nan"], "--atol nan must be"),
     (["--reports", "netsim", "--out", "NODIR/x.md"], "name a file in an existing folder"),
@@ -181,7 +183,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, monkeypatch,
     before = sorted(p.name for p in tmp_path.iterdir())
     extra = [str(tmp_path / e) if e.split("/")[0] in ("MISSING", "NODIR", "FILE", "LOOP", "DANGLING") or
              e.startswith("aaa") else e for e in extra]
-    message = message.replace("FILE", str(tmp_path / "FILE"))
+    message = message.replace("FILE", str(tmp_path / "FILE")).replace("MISSING", str(tmp_path / "MISSING"))
     with pytest.raises(SystemExit) as exc:
         main(["--committed", str(committed), *extra])
     assert exc.value.code == 2
