@@ -37,6 +37,7 @@ from analyses.lst.ray_runner import join, resolve, run_is_finished
 from analyses.lst.runner import make_runner
 from pe_probe.errors import InputError, OneLineArgumentParser, check_utf8_out, first_line, to_devnull
 from trainers.console import print_line
+from trainers.ensemble import usable_cores
 from trainers.train import SpeedOptions
 
 
@@ -187,6 +188,9 @@ def ray_installed() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
+MAX_WORKERS_PER_CORE = 4  # local / ensemble workers past this many per core only oversubscribe the machine
+
+
 def check_options(args: argparse.Namespace) -> None:
     """The options `build_grid` does not see: workers, backend and its options, ``--root`` and ``--state-dir``
     (made later: a file there, or an unknown URL, is refused now). Raises a one-line `InputError`."""
@@ -194,8 +198,13 @@ def check_options(args: argparse.Namespace) -> None:
                                 ("--cpus-per-run", args.cpus_per_run), ("--gpus-per-run", args.gpus_per_run))
                 if v is not None]
     url = "://" in args.root
+    cores = usable_cores()
     problems = [
         (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
+        (args.backend != "ray" and args.workers > MAX_WORKERS_PER_CORE * cores,
+         f"--workers {args.workers} is more than {MAX_WORKERS_PER_CORE}x this machine's {cores} usable core(s): each "
+         f"worker trains on a core of its own ({'a process' if args.backend == 'local' else 'a thread'} with one torch "
+         f"thread); use at most {MAX_WORKERS_PER_CORE * cores} (the fastest: {cores}), or --backend ray for a cluster"),
         (url and args.backend != "ray", "a URL --root needs --backend ray"),
         (args.ensemble_max is not None and args.backend != "ensemble",
          "--ensemble-max needs --backend ensemble; add it, or drop --ensemble-max"),

@@ -40,6 +40,8 @@ def refused(tmp_path: Path, capsys, argv: list[str]) -> str:
     ([*SMALL, "--workers", "0"], "--workers must be >= 1, got 0"),
     ([*SMALL, "--workers", "-1", "--backend", "ensemble"], "--workers must be >= 1, got -1"),
     (["--workers", "0", "--backend", "ray", "--dry-run"], "--workers must be >= 1, got 0"),
+    ([*SMALL, "--workers", "100000"], "--workers 100000 is more than 4x this machine's"),  # was: accepted
+    (["--workers", "100000", "--backend", "ensemble", "--dry-run"], "use at most"),
     ([*SMALL, "--seeds", "0"], "--seeds must be >= 1, got 0; to leave groups out use --groups"),  # was: 0 runs
     (["--seeds", "-1", "--dry-run"], "--seeds must be >= 1, got -1"),
     (["--sigma-seeds", "0", "--dry-run"], "--sigma-seeds must be >= 1, got 0"),  # was: the grid without sigma runs
