@@ -20,8 +20,9 @@ sum of the members' mean losses, so each member's gradient is its own.
 Where: on a GPU a group is trained as one batch of K. On the CPU a step of the study's model is
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
 trained side by side, one per worker with one torch thread each (`cpu_workers`: threads, or spawned
-processes for compiled groups; the results are the same, tested). Both ways the last layer computes
-only the readout token, as `PETransformer` does.
+processes for compiled groups; the results are the same, tested), each float32 step's forward and backward
+taking the batch `CPU_CHUNK` puzzles at a time (`cpu_chunk`: the same gradient up to rounding, tested). Both
+ways the last layer computes only the readout token, as `PETransformer` does.
 
 What may differ inside a group: `VARYING` (seed, PE init and sigma, learning rate, weight decay,
 momentum). Members that differ in anything else (PE kind, width, epochs, data, ...) go to separate
@@ -287,14 +288,29 @@ def explicit_forward(base: PETransformer, stack: Stack, x: Tensor) -> Tensor:
 
 
 def group_step(step_loss: Callable[..., Tensor], stack: Stack, opt: "StackedOptimizer", xb: Tensor, yb: Tensor,
-               precision: Any, mark_step: Callable[[], None]) -> None:
+               precision: Any, mark_step: Callable[[], None], chunk: int | None = None) -> None:
     """One optimizer step of a batched group: ``step_loss`` (`group_loss`, compiled or not) on each member's
     batch (xb (K, b, N, n_in), yb (K, b)), gradients of the summed losses (each member's own), the stacked
-    optimizer; under ``precision`` (TF32 with --tf32) throughout, as `trainers.train.lst_step`."""
-    mark_step()
+    optimizer; under ``precision`` (TF32 with --tf32) throughout, as `trainers.train.lst_step`.
+
+    ``chunk``: the forward and backward passes take the batch ``chunk`` puzzles at a time and sum the
+    gradients before the one optimizer step (`cpu_chunk`): the same gradient as the whole batch's, summed in
+    another order (float rounding), with each pass's activations small enough to stay in the core's cache.
+    """
+    params = list(stack.params.values())
+    b = xb.shape[1]
     with precision:
-        losses = step_loss(stack.params, xb, yb)  # (K,)
-        grads = torch.autograd.grad(losses.sum(), list(stack.params.values()))
+        if not chunk or chunk >= b:  # one pass (a GPU's step, a bf16 one, or a batch no larger than the chunk)
+            mark_step()
+            losses = step_loss(stack.params, xb, yb)  # (K,)
+            grads = list(torch.autograd.grad(losses.sum(), params))
+        else:
+            for lo in range(0, b, chunk):
+                xc, yc = xb[:, lo : lo + chunk], yb[:, lo : lo + chunk]
+                mark_step()
+                losses = step_loss(stack.params, xc, yc)  # (K,) each member's mean over its chunk
+                part = torch.autograd.grad(losses.sum() * (xc.shape[1] / b), params)
+                grads = list(part) if lo == 0 else [g.add_(p) for g, p in zip(grads, part)]
         opt.step(dict(zip(stack.params, grads)))
 
 
@@ -605,6 +621,20 @@ def train_ensemble(
 
 
 CPU_GROUP = 4  # members per batched group on the CPU: K = 2..4 keeps one group's activations in cache
+CPU_CHUNK = 32  # puzzles per forward / backward pass of a float32 CPU group step (`group_step`'s ``chunk``)
+
+
+def cpu_chunk(device: torch.device, bf16: bool = False) -> int | None:
+    """Puzzles per forward / backward pass of a group step: `CPU_CHUNK` for float32 on the CPU, else the whole batch.
+
+    Why: on the CPU a group of 4 at the study's batch of 128 moves float32 activations of several MB per layer
+    (the MLP's hidden layer alone 4 x 128 x 16 x 256 floats, 2 MB), more than a core's L2 cache; a quarter of
+    the batch at a time keeps them there. Measured with `analyses/benchmarks/step_ab.py` (two one-thread
+    processes side by side, a compiled group of 4 each, d_model 64, an Intel Xeon with AVX-512): float32 steps
+    1.19x faster in the fastest windows (86.3 against 102.5 ms), 1.13x in median ones; bf16 steps, whose
+    activations are half the bytes, 0.97x (so they take the whole batch). A GPU wants few, large kernels.
+    """
+    return CPU_CHUNK if device.type == "cpu" and not bf16 else None
 
 
 def cpu_workers(workers: int | None, cfgs: Sequence[TrainConfig], device: torch.device, compile: bool) -> int:
@@ -755,8 +785,10 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     train_split = splits["train"]
     n_train = len(train_split)
     version = code_version()  # git once for the group
+    chunk = cpu_chunk(device, amp)
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
+                       chunk=chunk,
                        torch_threads=torch.get_num_threads(),
                        **SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs, tf32=tf32).recorded())
 
@@ -784,7 +816,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
             if stop is not None and stop.is_set():
                 raise _Stopped(f"{name_of}: stopped at epoch {epoch} because another worker failed")
             idx = perms[:, i : i + bs]  # (K, b)
-            group_step(step_loss, stack, opt, train_split.x[idx], train_split.y[idx], precision, mark_step)
+            group_step(step_loss, stack, opt, train_split.x[idx], train_split.y[idx], precision, mark_step, chunk)
             step += 1
 
         done = epoch + 1

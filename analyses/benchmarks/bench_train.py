@@ -269,7 +269,7 @@ def bench_single_split(d, device, steps, warmup, workers=None, **_):
 
 def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, tf32=False):
     """One step function of a batched group of members: the ensemble's own step, `trainers.ensemble.group_step`."""
-    from trainers.ensemble import Stack, StackedOptimizer, group_loss, group_step, template_model
+    from trainers.ensemble import Stack, StackedOptimizer, cpu_chunk, group_loss, group_step, template_model
     from trainers.evaluate import bf16_autocast, tf32_matmuls
     from trainers.train import compiled_step
 
@@ -282,10 +282,11 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, 
     del group
     fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs)
     precision = tf32_matmuls(device, tf32)
+    chunk = cpu_chunk(device, bf16)
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]
-        group_step(fn, stack, opt, x[idx], y[idx], precision, mark_step)
+        group_step(fn, stack, opt, x[idx], y[idx], precision, mark_step, chunk)
 
     return step
 

@@ -6,7 +6,7 @@ None of them is the trainers' arithmetic or code path until a lease has measured
 product of `trainers.logits` after the fourth, and ATen's GELU kernels of `trainers.gelu` after CPU
 timings). Each either keeps the step's maths (another summation order at most: --packed-attention,
 --contiguous-weights, --bias-in-product, --math-attention, --coordinate-descent, --compile-mode,
---cpp-wrapper, --unfused-bias; another rounding of the GELU: --inductor-gelu; the same update:
+--cpp-wrapper, --unfused-bias, --whole-batch, --chunked-bf16; another rounding of the GELU: --inductor-gelu; the same update:
 --copying-adamw, --per-step-slices, --flat-adamw, this one up to the last bit; the same products:
 --strided-v, --four-d-attention-products) or says what it changes (--bf16-residual; --activation;
 --float32-logits, whose backward multiplies the logits' gradient in float32 where the trainers' CUDA
@@ -65,6 +65,23 @@ def _bf16_residual() -> None:
         return y
 
     trainers.ensemble._layer_norm = layer_norm_in_autocast_dtype
+
+
+def _whole_batch() -> None:
+    """A float32 CPU group step's forward and backward over the whole batch at once (an experiment flag), as before
+    `trainers.ensemble.cpu_chunk` split it into chunks of `trainers.ensemble.CPU_CHUNK` puzzles."""
+    import trainers.ensemble
+
+    trainers.ensemble.CPU_CHUNK = None
+
+
+def _chunked_bf16() -> None:
+    """bf16 CPU group steps in chunks of `trainers.ensemble.CPU_CHUNK` puzzles too (an experiment flag; the
+    trainers chunk only float32 steps, `trainers.ensemble.cpu_chunk`)."""
+    import trainers.ensemble
+
+    trainers.ensemble.cpu_chunk = lambda device, bf16=False: (trainers.ensemble.CPU_CHUNK if device.type == "cpu"
+                                                              else None)
 
 
 def _float32_logits() -> None:
@@ -296,6 +313,13 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                        "backward, not `trainers.logits.HalfLogits` (float32 logits, the gradient rounded to bf16 "
                        "once and multiplied in bf16: the trainers' form for bf16 steps on CUDA and the CPU; run "
                        "with and without it to compare)"),
+    "whole_batch": ("+whole-batch", _whole_batch,
+                    "a float32 CPU ensemble group's forward and backward over the whole batch at once, not in chunks of "
+                    "`trainers.ensemble.CPU_CHUNK` puzzles with their gradients summed (`trainers.ensemble.cpu_chunk`, "
+                    "the trainers' form; run with and without it to compare)"),
+    "chunked_bf16": ("+chunked-bf16", _chunked_bf16,
+                     "bf16 CPU ensemble group steps in chunks of `trainers.ensemble.CPU_CHUNK` puzzles too, as float32 "
+                     "ones are (`trainers.ensemble.cpu_chunk` gives bf16 steps the whole batch)"),
     "inductor_gelu": ("+inductor-gelu", _inductor_gelu,
                       "the MLP's GELU left to Inductor in compiled CPU steps (its generated kernels, the GELU "
                       "recomputed in the backward), not ATen's kernels behind an opaque operator "

@@ -2,6 +2,7 @@
 
 import json
 import time
+from contextlib import nullcontext
 from unittest import mock
 
 import pytest
@@ -83,11 +84,15 @@ MEMBERS = [  # differ in seed, sigma and learning rate (one group) and in PE kin
 ]
 
 
-def test_ensemble_matches_solo_training(tmp_path, monkeypatch):
+@pytest.mark.parametrize("chunk", [None, 5], ids=["whole-batch", "chunks-of-5"])
+def test_ensemble_matches_solo_training(tmp_path, monkeypatch, chunk):
     """Members trained side by side in one stacked group equal each trained alone. One worker, so the first two
-    members really share a group (K = 2, checked): with a worker per core they would each train alone."""
+    members really share a group (K = 2, checked): with a worker per core they would each train alone. With
+    ``chunk`` the CPU group step takes its batches of 16 (and the epoch's last, smaller one) 5 puzzles at a time
+    (`trainers.ensemble.cpu_chunk`; the default chunk of 32 exceeds these batches)."""
     import trainers.ensemble as E
 
+    monkeypatch.setattr(E, "CPU_CHUNK", chunk)
     cfgs = [tiny(**m) for m in MEMBERS]
     for i, cfg in enumerate(cfgs):
         train(cfg, tmp_path / "solo" / str(i), log=quiet)
@@ -864,3 +869,55 @@ def test_a_run_under_its_older_folder_name_is_named_for_renaming_not_retrained(t
     assert "older pe-probe versions" in err and f"rename it to {new.name}" in err and not new.exists()
     other = [*argv[:-4], "--weight-decay", "0.2", "--out", str(tmp_path / "ens")]  # another config: no claim on it
     assert main(other) == 0 and (tmp_path / "ens" / "learned_sigma0.1_lr0.001_seed0_wd0.2").is_dir()
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 8])
+def test_a_chunked_group_step_takes_the_whole_batchs_gradient(chunk):
+    """`group_step` with ``chunk`` sums each chunk's gradients, weighted by its share of the batch (3 + 3 + 2 of
+    8: unequal chunks), and hands the optimizer one gradient per parameter: the whole batch's, up to float
+    rounding. (Compared before the optimizer: Adam turns rounding noise in a near-zero gradient into steps of
+    ~lr, see `assert_same_run`.) Unweighted chunks would give the wrong sum."""
+    from trainers.ensemble import Stack, group_loss, group_step, template_model
+    from trainers.model import PETransformer
+
+    cfgs = [tiny(seed=s) for s in (0, 1)]
+    coords = torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)
+    models = []
+    for cfg in cfgs:
+        torch.manual_seed(cfg.seed)
+        models.append(PETransformer(cfg.model, cfg.pe, coords))
+    stack = Stack.of(models)
+    fn = group_loss(template_model(models[0]), stack.buffers)
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 8, 16), generator=g), 5).float()
+    y = torch.randint(0, 4, (2, 8), generator=g)
+
+    class Recorder:
+        def step(self, grads):
+            self.grads = grads
+
+    def grads(c):
+        opt = Recorder()
+        group_step(fn, stack, opt, x, y, nullcontext(), lambda: None, c)
+        return opt.grads
+
+    whole, chunked = grads(None), grads(chunk)
+    assert whole.keys() == chunked.keys() == stack.params.keys()
+    for name in whole:
+        torch.testing.assert_close(chunked[name], whole[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert any((whole[n] - chunked[n]).abs().max() > 0 for n in whole) or chunk == 8  # really another summation
+
+
+def test_float32_cpu_group_steps_are_chunked_and_bf16_and_gpu_ones_are_not():
+    from trainers.ensemble import CPU_CHUNK, cpu_chunk
+
+    assert cpu_chunk(torch.device("cpu")) == CPU_CHUNK == 32
+    assert cpu_chunk(torch.device("cpu"), bf16=True) is None
+    assert cpu_chunk(torch.device("cuda")) is None
+
+
+def test_an_ensemble_run_records_its_chunk(tmp_path):
+    """provenance.jsonl says how each step's batch was taken (rounding differs with the chunk)."""
+    train_ensemble([tiny(**{"optim.epochs": 1})], [tmp_path / "a"], log=quiet, workers=1)
+    session = json.loads((tmp_path / "a" / "provenance.jsonl").read_text().splitlines()[-1])
+    assert session["trainer"] == "ensemble" and session["chunk"] == 32
