@@ -22,6 +22,13 @@ Single timings on this VM drift by 10% and more from one minute to the next, whi
 alternate and the summary is over every process of every round: the mean of the processes' fastest windows,
 the median of their median windows, and each as a ratio to the first variant. Writes OUT/step_ab.csv (one
 row per process) and OUT/step_ab.md (the summary, the machine and the command).
+
+A caveat of --side-by-side here: the processes are not synchronised. Each compiles, then times its windows on
+its own clock, so a process whose compile ends first may time some of its windows while the other still
+compiles, i.e. alone on the machine. An effect that differs alone and beside a busy core is then mixed: a
+2026-12-08 run put the float32 chunked group step 1.19x ahead of the whole batch here, where
+`step_ab_paired.py --side-by-side 2` (every window begun together behind a barrier) measured 1.12x
+(both in reports/benchmarks/cpu-avx512bf16-intel-r2/). For side-by-side effects use that.
 """
 
 from __future__ import annotations

@@ -18,9 +18,15 @@ Each --rounds is one process (two compiles). The report gives, over all pairs of
 geometric mean of B/A with a 95% bootstrap interval (resampling processes, then pairs within them), the
 median pair ratio and the share of pairs where B was faster; and per process the geometric mean.
 
+With --side-by-side N, N such processes run at once (as an ensemble's CPU workers do, one per core), each
+timing its own pairs, every window begun together behind a barrier: a variant's effect alone on the machine
+and beside another busy core can differ (caches and memory shared between cores).
+
 Usage:
   python analyses/benchmarks/step_ab_paired.py --float32 --single --threads 2 --variants plain,cpp_wrapper \
       --rounds 4 --out reports/benchmarks/cpu-avx2-r6/paired-cpp-wrapper
+  python analyses/benchmarks/step_ab_paired.py --float32 --variants plain,whole_batch --side-by-side 2 \
+      --rounds 3 --out reports/benchmarks/cpu-avx512bf16-intel-r2/paired-chunk-side-by-side
 """
 
 from __future__ import annotations
@@ -79,13 +85,17 @@ def build_distinct(build):
         torch.compile = real
 
 
-def alternate(step_a, step_b, warmup: int, pairs: int, steps: int) -> list[tuple[float, float]]:
-    """``pairs`` pairs of windows of ``steps`` steps, (A ms, B ms) per step, the order swapped every pair."""
+def alternate(step_a, step_b, warmup: int, pairs: int, steps: int, sync=None) -> list[tuple[float, float]]:
+    """``pairs`` pairs of windows of ``steps`` steps, (A ms, B ms) per step, the order swapped every pair.
+    ``sync`` (if given) is called before every window: a barrier of processes side by side, so that they all
+    run the same variant at once."""
     for i in range(warmup):
         step_a(i)
         step_b(i)
 
     def window(step, first: int) -> float:
+        if sync is not None:
+            sync()
         t = time.perf_counter()
         for i in range(steps):
             step(first + i)
@@ -104,8 +114,9 @@ def alternate(step_a, step_b, warmup: int, pairs: int, steps: int) -> list[tuple
     return out
 
 
-def worker(variant_b: str, args) -> list[tuple[float, float]]:
-    """One process: compile A (the trainers' step), warm it, apply B's flags, compile B, then `alternate`."""
+def worker(variant_b: str, args, sync=None) -> list[tuple[float, float]]:
+    """One process: compile A (the trainers' step), warm it, apply B's flags, compile B, then `alternate`
+    (its windows started together with the other processes' through ``sync``, if given)."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -122,7 +133,38 @@ def worker(variant_b: str, args) -> list[tuple[float, float]]:
     for i in range(args.warmup):
         step_b(i)
     torch._dynamo.config.error_on_recompile = True  # from here on, a graph that changes is an error
-    return alternate(step_a, step_b, 0, args.pairs, args.steps)
+    return alternate(step_a, step_b, 0, args.pairs, args.steps, sync)
+
+
+BARRIER_TIMEOUT_S = 900.0  # every process compiles two steps before the first window: minutes on 2 cores
+
+
+def _side_by_side_worker(variant_b: str, args, barrier, results) -> None:
+    """One of --side-by-side spawned processes: `worker` with a shared barrier before every window."""
+    try:
+        results.put(worker(variant_b, args, lambda: barrier.wait(BARRIER_TIMEOUT_S)))
+    except BaseException as e:  # the others stop at the barrier instead of waiting for this one
+        barrier.abort()
+        results.put(f"{type(e).__name__}: {e}".splitlines()[0])
+
+
+def side_by_side_round(variant_b: str, args) -> list[list[tuple[float, float]]]:
+    """--side-by-side processes at once, each timing its own pairs, every window begun together."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(args.side_by_side), ctx.Queue()
+    procs = [ctx.Process(target=_side_by_side_worker, args=(variant_b, args, barrier, results))
+             for _ in range(args.side_by_side)]
+    for proc in procs:
+        proc.start()
+    out = [results.get() for _ in procs]
+    for proc in procs:
+        proc.join()
+    failed = [r for r in out if isinstance(r, str)]
+    if failed:
+        raise RuntimeError(f"a side-by-side process failed: {failed[0]}")
+    return out
 
 
 def geo_mean(xs) -> float:
@@ -145,9 +187,9 @@ def bootstrap_interval(groups: list[list[float]], n: int = 2000, seed: int = 0) 
 def summary(rows: list[dict]) -> dict:
     """B/A over every pair: geometric mean with its bootstrap interval, median, share of pairs B won; per
     process the geometric mean."""
-    by_process: dict[int, list[float]] = {}
+    by_process: dict[tuple[int, int], list[float]] = {}
     for r in rows:
-        by_process.setdefault(r["round"], []).append(r["b_ms"] / r["a_ms"])
+        by_process.setdefault((r["round"], r.get("process", 0)), []).append(r["b_ms"] / r["a_ms"])
     ratios = [x for g in by_process.values() for x in g]
     low, high = bootstrap_interval(list(by_process.values()))
     return {"pairs": len(ratios), "processes": len(by_process), "geo_mean": geo_mean(ratios), "low": low,
@@ -170,8 +212,10 @@ def report(rows: list[dict], variants: list[str], args, argv: list[str]) -> str:
         "",
         f"Written by `{command_line('step_ab_paired.py', argv)}` (raw numbers: `step_ab_paired.csv`, one row per "
         "pair of windows).",
-        f"Machine: {machine(torch.device('cpu'))}. Each of {args.rounds} processes ({args.threads} torch "
-        f"thread{'s' * (args.threads > 1)}) compiles {what}, "
+        f"Machine: {machine(torch.device('cpu'))}. Each of {args.rounds * args.side_by_side} processes "
+        f"({args.threads} torch thread{'s' * (args.threads > 1)}"
+        + (f"; {args.side_by_side} at a time, side by side, every window begun together" if args.side_by_side > 1
+           else "; one at a time") + f") compiles {what}, "
         f"{'float32' if args.float32 else 'bf16 autocast'}, twice: A as the trainers run it, then B with "
         f"`{variants[1]}`; after {args.warmup} warm-up steps each, {args.pairs} pairs of windows of {args.steps} "
         "steps, A and B alternating (the order swapped every pair). B/A < 1: B is faster.",
@@ -194,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="plain,cpp_wrapper",
                    help="plain,B: B is plain (an A/A control) or experiment names joined by + "
                         f"({', '.join(EXPERIMENTS)})")
-    p.add_argument("--rounds", type=int, default=4, help="processes, one after another (default 4)")
+    p.add_argument("--rounds", type=int, default=4, help="processes (or --side-by-side groups of them), one after "
+                   "another (default 4)")
+    p.add_argument("--side-by-side", type=int, default=1, metavar="N",
+                   help="N processes at once, each timing its own pairs, every window begun together (a barrier): "
+                        "the A/B as an ensemble's workers run, one per core (default 1: alone on the machine)")
     add_step_options(p)
     p.add_argument("--pairs", type=int, default=40, help="pairs of windows per process (default 40)")
     p.add_argument("--steps", type=int, default=4, help="steps per window (default 4)")
@@ -209,19 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     check_step_options(p, args)
-    if min(args.rounds, args.pairs, args.steps) < 1:
-        p.error("--rounds, --pairs and --steps must be >= 1")
+    if min(args.rounds, args.pairs, args.steps, args.side_by_side) < 1:
+        p.error("--rounds, --pairs, --steps and --side-by-side must be >= 1")
     if args.worker is not None:
         print(json.dumps(worker(args.worker, args)))
         return 0
     rows = []
     for r in range(1, args.rounds + 1):
+        if args.side_by_side > 1:
+            for j, pairs in enumerate(side_by_side_round(variants[1], args)):
+                rows += [{"round": r, "process": j, "pair": i, "a_ms": a, "b_ms": b} for i, (a, b) in enumerate(pairs)]
+                print(f"round {r}, process {j}: B/A geometric mean {geo_mean([b / a for a, b in pairs]):.3f} over "
+                      f"{len(pairs)} pairs", flush=True)
+            continue
         cmd = [sys.executable, str(HERE), *argv, "--worker", variants[1]]
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         if done.returncode:
             raise RuntimeError(f"process {r} failed (exit {done.returncode})")
         pairs = json.loads(done.stdout.strip().splitlines()[-1])
-        rows += [{"round": r, "pair": i, "a_ms": a, "b_ms": b} for i, (a, b) in enumerate(pairs)]
+        rows += [{"round": r, "process": 0, "pair": i, "a_ms": a, "b_ms": b} for i, (a, b) in enumerate(pairs)]
         g = geo_mean([b / a for a, b in pairs])
         print(f"process {r}: B/A geometric mean {g:.3f} over {len(pairs)} pairs", flush=True)
     write_results(args.out, "step_ab_paired", rows, report(rows, variants, args, argv))

@@ -62,6 +62,37 @@ def test_alternate_swaps_the_order_every_pair_and_times_each_window():
     assert [i for c, i in calls if c == "b"] == [0, 1, 2, 3, 4, 5, 6]  # warm-up, then the same indices as A
 
 
+def test_alternate_calls_sync_before_every_window():
+    events = []
+    P.alternate(lambda i: events.append("a"), lambda i: events.append("b"), warmup=1, pairs=2, steps=2,
+                sync=lambda: events.append("|"))
+    assert events == ["a", "b"] + ["|", "a", "a", "|", "b", "b"] + ["|", "b", "b", "|", "a", "a"]
+
+
+def test_side_by_side_rounds_keep_each_process_as_its_own_group(tmp_path, monkeypatch):
+    """With --side-by-side the processes of a round are separate groups of the bootstrap (and rows say which)."""
+    calls = []
+
+    def fake_round(variant, args):
+        calls.append((variant, args.side_by_side))
+        return [[(10.0, 9.0), (10.0, 9.0)], [(10.0, 11.0), (10.0, 11.0)]]
+
+    monkeypatch.setattr(P, "side_by_side_round", fake_round)
+    monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: pytest.fail("ran a process one at a time"))
+    argv = ["--float32", "--variants", "plain,whole_batch", "--side-by-side", "2", "--rounds", "2",
+            "--out", str(tmp_path / "ab")]
+    assert P.main(argv) == 0
+    assert calls == [("whole_batch", 2)] * 2
+    rows = list(csv.DictReader(open(tmp_path / "ab" / "step_ab_paired.csv")))
+    assert len(rows) == 8 and {(r["round"], r["process"]) for r in rows} == {("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")}
+    text = (tmp_path / "ab" / "step_ab_paired.md").read_text()
+    assert "| 8 | 4 |" in text and "2 at a time, side by side, every window begun together" in text
+    assert "Per process (B/A geometric mean): 0.900, 1.100, 0.900, 1.100." in text
+    with pytest.raises(SystemExit) as e:
+        P.main(["--side-by-side", "0", "--out", str(tmp_path / "bad")])
+    assert e.value.code == 2
+
+
 def test_summary_numbers_against_a_hand_computation():
     rows = [{"round": 1, "pair": 0, "a_ms": 10.0, "b_ms": 8.0}, {"round": 1, "pair": 1, "a_ms": 10.0, "b_ms": 12.5},
             {"round": 2, "pair": 0, "a_ms": 20.0, "b_ms": 18.0}]
@@ -94,7 +125,7 @@ def test_main_refuses_bad_variants_and_writes_the_report(tmp_path, monkeypatch):
     assert P.main(argv) == 0
     assert len(seen) == 2 and seen[0][-2:] == ["--worker", "cpp_wrapper"] and "--float32" in seen[0]
     rows = list(csv.DictReader(open(tmp_path / "ab" / "step_ab_paired.csv")))
-    assert len(rows) == 4 and rows[0] == {"round": "1", "pair": "0", "a_ms": "10.0", "b_ms": "9.0"}
+    assert len(rows) == 4 and rows[0] == {"round": "1", "process": "0", "pair": "0", "a_ms": "10.0", "b_ms": "9.0"}
     text = (tmp_path / "ab" / "step_ab_paired.md").read_text()
     assert "| 4 | 2 | 0.925 |" in text and "the single-model trainer's step at d_model 64, float32" in text
     assert "C++ wrapper" in text and "2 torch threads" in text
@@ -109,3 +140,15 @@ def test_a_worker_compiles_both_steps_and_an_a_a_control_runs(tmp_path):
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "A/A control" in (tmp_path / "ab" / "step_ab_paired.md").read_text()
+
+
+@pytest.mark.slow
+def test_side_by_side_processes_compile_and_time_their_windows_together(tmp_path):
+    """Two real processes at toy size behind one barrier: both finish, each with its own pairs."""
+    done = subprocess.run([sys.executable, str(ROOT / "analyses" / "benchmarks" / "step_ab_paired.py"), "--float32",
+                           "--d-model", "16", "--k", "2", "--variants", "plain,whole_batch", "--side-by-side", "2",
+                           "--rounds", "1", "--pairs", "2", "--steps", "1", "--warmup", "1",
+                           "--out", str(tmp_path / "ab")], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "ab" / "step_ab_paired.csv")))
+    assert sorted({r["process"] for r in rows}) == ["0", "1"] and len(rows) == 4
