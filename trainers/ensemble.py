@@ -629,10 +629,11 @@ def cpu_chunk(device: torch.device, bf16: bool = False) -> int | None:
 
     Why: on the CPU a group of 4 at the study's batch of 128 moves float32 activations of several MB per layer
     (the MLP's hidden layer alone 4 x 128 x 16 x 256 floats, 2 MB), more than a core's L2 cache; a quarter of
-    the batch at a time keeps them there. Measured with `analyses/benchmarks/step_ab.py` (two one-thread
-    processes side by side, a compiled group of 4 each, d_model 64, an Intel Xeon with AVX-512): float32 steps
-    1.19x faster in the fastest windows (86.3 against 102.5 ms), 1.13x in median ones; bf16 steps, whose
-    activations are half the bytes, 0.97x (so they take the whole batch). A GPU wants few, large kernels.
+    the batch at a time keeps them there. Measured with `analyses/benchmarks/step_ab_paired.py --side-by-side 2`
+    (two one-thread processes at once, a compiled group of 4 each, d_model 64, an Intel Xeon with AVX-512;
+    reports/benchmarks/cpu-avx512bf16-intel-r2/): float32 steps 1.12x faster [95% interval 1.10, 1.14]; bf16
+    steps, whose activations are half the bytes, 1.11x slower, so they take the whole batch. A GPU wants few,
+    large kernels.
     """
     return CPU_CHUNK if device.type == "cpu" and not bf16 else None
 
