@@ -69,7 +69,7 @@ from trainers.memory import keep_freed_memory
 from trainers.provenance import code_version, record_session
 from trainers.train import (
     METRICS_FILE, SpeedOptions, _trim_metrics, flatten_config, check_run_dir, checked_splits, checkpoints_at, compiled_step,
-    epoch_seed, evaluates_at, fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint,
+    cpp_wrapper_for, epoch_seed, evaluates_at, fused_adamw_supported, ground_truth, in_layout_of, make_optimizer, save_run_checkpoint,
     seed_everything, start_message, start_run_dir,
 )
 
@@ -793,7 +793,8 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
                        torch_threads=torch.get_num_threads(),
                        **SpeedOptions(compile=compile, bf16=amp, cuda_graphs=cuda_graphs, tf32=tf32).recorded())
 
-    step_loss, mark_step = compiled_step(group_loss(base, stack.buffers, autocast), device, compile, cuda_graphs)
+    step_loss, mark_step = compiled_step(group_loss(base, stack.buffers, autocast), device, compile, cuda_graphs,
+                                         cpp_wrapper=cpp_wrapper_for(device, amp))
 
     def checkpoint(epoch: int) -> None:
         now = time.time() - t0

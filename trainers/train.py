@@ -173,8 +173,17 @@ def compiled_step(fn: Callable, device: torch.device, compile: bool, cuda_graphs
 # step's profiled time at d_model 64 (reports/benchmarks/cpu-avx2-r3/profile-single-compile). Measured on an
 # AVX2 CPU, two threads: the step 2.5-2.7% faster (every one of 12 processes of the paired in-process A/B,
 # reports/benchmarks/cpu-avx2-r6/; the per-process A/Bs of cpu-avx2-r5/ pointed the same way). bf16 steps
-# (not measured) and the ensemble's groups (0.983 [0.964, 1.004], not resolved: cpu-avx2-r7/) keep the Python one.
+# (not measured) keep the Python one. The ensemble's float32 groups had it unresolved (0.983 [0.964, 1.004]:
+# cpu-avx2-r7/) until they took their batch in chunks (`trainers.ensemble.cpu_chunk`, four graph calls a step):
+# then 0.966 [0.948, 0.986], two processes side by side (reports/benchmarks/cpu-avx512bf16-intel-r2/paired-cpp-wrapper/),
+# so they have it too.
 CPP_WRAPPER_CPU_FLOAT32 = True
+
+
+def cpp_wrapper_for(device: torch.device, bf16: bool) -> bool:
+    """Whether a compiled training step runs Inductor's C++ wrapper: float32 steps on the CPU
+    (`CPP_WRAPPER_CPU_FLOAT32`)."""
+    return CPP_WRAPPER_CPU_FLOAT32 and device.type == "cpu" and not bf16
 
 
 @dataclass(frozen=True)
@@ -222,8 +231,7 @@ def speed_setup(model: torch.nn.Module, device: torch.device, *, compile: bool =
     """
     speed = SpeedOptions(compile=compile, bf16=bf16, cuda_graphs=cuda_graphs, tf32=tf32)
     speed.check(device)
-    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs,
-                                          cpp_wrapper=CPP_WRAPPER_CPU_FLOAT32 and device.type == "cpu" and not bf16)
+    step_model, mark_step = compiled_step(model, device, compile, cuda_graphs, cpp_wrapper=cpp_wrapper_for(device, bf16))
     return step_model, mark_step, bf16_autocast(device, bf16), tf32_matmuls(device, tf32), speed.recorded()
 
 

@@ -271,7 +271,7 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, 
     """One step function of a batched group of members: the ensemble's own step, `trainers.ensemble.group_step`."""
     from trainers.ensemble import Stack, StackedOptimizer, cpu_chunk, group_loss, group_step, template_model
     from trainers.evaluate import bf16_autocast, tf32_matmuls
-    from trainers.train import compiled_step
+    from trainers.train import compiled_step, cpp_wrapper_for
 
     x, y = fake_data(device)
     group = [_our_model(d, device, seed=s) for s in seeds]
@@ -280,7 +280,8 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, 
     base = template_model(group[0][0])
     perms = torch.stack([torch.randperm(N_TRAIN, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
     del group
-    fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs)
+    fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs,
+                                  cpp_wrapper=cpp_wrapper_for(device, bf16))
     precision = tf32_matmuls(device, tf32)
     chunk = cpu_chunk(device, bf16)
 

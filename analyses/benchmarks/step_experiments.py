@@ -116,8 +116,8 @@ def _cpp_wrapper() -> None:
     experiment flag): the code that calls a compiled graph's kernels and matrix products, and allocates their
     buffers, generated as C++ instead of Python. A d_model 64 CPU step runs ~100 kernels and products in some
     40 ms, and its profile shows the graphs' Python wrapper as their largest self-time after the products.
-    Since 2026-12-07 compiled float32 single-model CPU steps have it anyway (`trainers.train.CPP_WRAPPER_CPU_FLOAT32`):
-    there this flag changes nothing; for bf16 steps and ensemble groups it still does."""
+    Since 2026-12-07 compiled float32 single-model CPU steps have it anyway (`trainers.train.CPP_WRAPPER_CPU_FLOAT32`),
+    and since 2026-12-08 float32 ensemble groups: there this flag changes nothing; for bf16 steps it still does."""
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp_wrapper = True

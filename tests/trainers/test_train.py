@@ -242,8 +242,11 @@ def test_compiled_float32_cpu_steps_of_a_single_model_take_inductors_cpp_wrapper
     assert calls[-1] == {"dynamic": False, "options": {"cpp_wrapper": True}}
     train_mod.speed_setup(model, torch.device("cpu"), compile=False)
     assert len(calls) == 1  # eager: nothing compiled
-    train_mod.compiled_step(model, torch.device("cpu"), compile=True)  # the ensemble's groups: not measured
+    train_mod.compiled_step(model, torch.device("cpu"), compile=True)  # compiled_step's default: Python's
     assert calls[-1] == {"dynamic": False, "mode": None}
+    assert train_mod.cpp_wrapper_for(torch.device("cpu"), bf16=False)
+    assert not train_mod.cpp_wrapper_for(torch.device("cpu"), bf16=True)
+    assert not train_mod.cpp_wrapper_for(torch.device("cuda"), bf16=False)
     monkeypatch.setattr(train_mod, "COMPILE_MODE", "max-autotune-no-cudagraphs")
     train_mod.compiled_step(model, torch.device("cpu"), compile=True, cpp_wrapper=True)
     assert calls[-1] == {"dynamic": False, "mode": "max-autotune-no-cudagraphs"}
