@@ -21,7 +21,7 @@ Where: on a GPU a group is trained as one batch of K. On the CPU a step of the s
 compute-bound and too small to share 2+ cores well, so groups of at most `CPU_GROUP` members are
 trained side by side, one per worker with one torch thread each (`cpu_workers`: threads, or spawned
 processes for compiled groups; the results are the same, tested), each float32 step's forward and backward
-taking the batch `CPU_CHUNK` puzzles at a time (`cpu_chunk`: the same gradient up to rounding, tested). Both
+taking the batch `CPU_CHUNK_ROWS` / K puzzles at a time (`cpu_chunk`: the same gradient up to rounding, tested). Both
 ways the last layer computes only the readout token, as `PETransformer` does.
 
 What may differ inside a group: `VARYING` (seed, PE init and sigma, learning rate, weight decay,
@@ -621,21 +621,26 @@ def train_ensemble(
 
 
 CPU_GROUP = 4  # members per batched group on the CPU: K = 2..4 keeps one group's activations in cache
-CPU_CHUNK = 32  # puzzles per forward / backward pass of a float32 CPU group step (`group_step`'s ``chunk``)
+CPU_CHUNK_ROWS = 128  # members x puzzles per forward / backward pass of a float32 CPU group step (`cpu_chunk`)
 
 
-def cpu_chunk(device: torch.device, bf16: bool = False) -> int | None:
-    """Puzzles per forward / backward pass of a group step: `CPU_CHUNK` for float32 on the CPU, else the whole batch.
+def cpu_chunk(device: torch.device, bf16: bool = False, members: int = 1) -> int | None:
+    """Puzzles per forward / backward pass of a group step of ``members`` models (`group_step`'s ``chunk``):
+    `CPU_CHUNK_ROWS` // members for float32 on the CPU (32 for the usual group of 4; a lone model's batch of 128
+    whole), else None, the whole batch.
 
     Why: on the CPU a group of 4 at the study's batch of 128 moves float32 activations of several MB per layer
-    (the MLP's hidden layer alone 4 x 128 x 16 x 256 floats, 2 MB), more than a core's L2 cache; a quarter of
-    the batch at a time keeps them there. Measured with `analyses/benchmarks/step_ab_paired.py --side-by-side 2`
-    (two one-thread processes at once, a compiled group of 4 each, d_model 64, an Intel Xeon with AVX-512;
-    reports/benchmarks/cpu-avx512bf16-intel-r2/): float32 steps 1.12x faster [95% interval 1.10, 1.14]; bf16
-    steps, whose activations are half the bytes, 1.11x slower, so they take the whole batch. A GPU wants few,
-    large kernels.
+    (the MLP's hidden layer alone 4 x 128 x 16 x 256 floats, 2 MB), more than a core's L2 cache; passes of 128
+    member-puzzles keep them there. Measured with `analyses/benchmarks/step_ab_paired.py --side-by-side 2` (two
+    one-thread processes at once, compiled, d_model 64, an Intel Xeon with AVX-512;
+    reports/benchmarks/cpu-avx512bf16-intel-r2/): a group of 4 in chunks of 32 1.12x faster [95% interval 1.10,
+    1.14] than whole; a lone model in chunks of 32 1.23x *slower*, so the chunk scales with the group; bf16 groups
+    of 4, whose activations are half the bytes, 1.11x slower in chunks, so they take the whole batch. A GPU
+    wants few, large kernels.
     """
-    return CPU_CHUNK if device.type == "cpu" and not bf16 else None
+    if device.type != "cpu" or bf16 or not CPU_CHUNK_ROWS:
+        return None
+    return max(1, CPU_CHUNK_ROWS // members)
 
 
 def cpu_workers(workers: int | None, cfgs: Sequence[TrainConfig], device: torch.device, compile: bool) -> int:
@@ -786,7 +791,7 @@ def _train_group(members: list[_Member], stop: Any = None, *, gt: Any, log: Call
     train_split = splits["train"]
     n_train = len(train_split)
     version = code_version()  # git once for the group
-    chunk = cpu_chunk(device, amp)
+    chunk = cpu_chunk(device, amp, K)
     for m in members:
         record_session(m.out, version, trainer="ensemble", device=str(device), start_epoch=start_epoch, group_size=K,
                        chunk=chunk,

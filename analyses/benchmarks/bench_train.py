@@ -283,7 +283,7 @@ def _group_step(d, device, seeds, bf16=False, compile=False, cuda_graphs=False, 
     fn, mark_step = compiled_step(group_loss(base, stack.buffers, bf16_autocast(device, bf16)), device, compile, cuda_graphs,
                                   cpp_wrapper=cpp_wrapper_for(device, bf16))
     precision = tf32_matmuls(device, tf32)
-    chunk = cpu_chunk(device, bf16)
+    chunk = cpu_chunk(device, bf16, len(seeds))
 
     def step(i):
         idx = perms[:, (i * BATCH) % (N_TRAIN - BATCH):][:, :BATCH]

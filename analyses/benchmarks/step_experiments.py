@@ -69,19 +69,19 @@ def _bf16_residual() -> None:
 
 def _whole_batch() -> None:
     """A float32 CPU group step's forward and backward over the whole batch at once (an experiment flag), as before
-    `trainers.ensemble.cpu_chunk` split it into chunks of `trainers.ensemble.CPU_CHUNK` puzzles."""
+    `trainers.ensemble.cpu_chunk` split it into chunks of `trainers.ensemble.CPU_CHUNK_ROWS` // K puzzles."""
     import trainers.ensemble
 
-    trainers.ensemble.CPU_CHUNK = None
+    trainers.ensemble.CPU_CHUNK_ROWS = None
 
 
 def _chunked_bf16() -> None:
-    """bf16 CPU group steps in chunks of `trainers.ensemble.CPU_CHUNK` puzzles too (an experiment flag; the
-    trainers chunk only float32 steps, `trainers.ensemble.cpu_chunk`)."""
+    """bf16 CPU group steps in chunks of `trainers.ensemble.CPU_CHUNK_ROWS` // K puzzles too (an experiment flag;
+    the trainers chunk only float32 steps, `trainers.ensemble.cpu_chunk`)."""
     import trainers.ensemble
 
-    trainers.ensemble.cpu_chunk = lambda device, bf16=False: (trainers.ensemble.CPU_CHUNK if device.type == "cpu"
-                                                              else None)
+    plain = trainers.ensemble.cpu_chunk
+    trainers.ensemble.cpu_chunk = lambda device, bf16=False, members=1: plain(device, False, members)
 
 
 def _float32_logits() -> None:
@@ -315,10 +315,10 @@ EXPERIMENTS: dict[str, tuple[str, Callable[[], None], str]] = {
                        "with and without it to compare)"),
     "whole_batch": ("+whole-batch", _whole_batch,
                     "a float32 CPU ensemble group's forward and backward over the whole batch at once, not in chunks of "
-                    "`trainers.ensemble.CPU_CHUNK` puzzles with their gradients summed (`trainers.ensemble.cpu_chunk`, "
+                    "`trainers.ensemble.CPU_CHUNK_ROWS` // K puzzles with their gradients summed (`trainers.ensemble.cpu_chunk`, "
                     "the trainers' form; run with and without it to compare)"),
     "chunked_bf16": ("+chunked-bf16", _chunked_bf16,
-                     "bf16 CPU ensemble group steps in chunks of `trainers.ensemble.CPU_CHUNK` puzzles too, as float32 "
+                     "bf16 CPU ensemble group steps in chunks of `trainers.ensemble.CPU_CHUNK_ROWS` // K puzzles too, as float32 "
                      "ones are (`trainers.ensemble.cpu_chunk` gives bf16 steps the whole batch)"),
     "inductor_gelu": ("+inductor-gelu", _inductor_gelu,
                       "the MLP's GELU left to Inductor in compiled CPU steps (its generated kernels, the GELU "

@@ -286,8 +286,8 @@ def test_profile_step_writes_wall_time_and_top_operators_per_configuration(tmp_p
                                           "--out", str(tmp_path / "shapes")]) == 0
     assert trainers.ensemble.linear_weight_names(None) == set()
     shaped = (tmp_path / "shapes" / "profile.md").read_text()
-    # (K, chunk, tokens, d_model) activations: the CPU group step takes its batch of 128 in chunks of CPU_CHUNK
-    assert "By input shapes" in shaped and f"[2, {trainers.ensemble.CPU_CHUNK}, 16, 16]" in shaped
+    # (K, chunk, tokens, d_model) activations: the CPU group of 2 takes its batch of 128 in chunks of 64
+    assert "By input shapes" in shaped and "[2, 64, 16, 16]" in shaped
     assert "| ensemble+contiguous-w | 16 | 2 |" in shaped
     # --bias-in-product: baddbmm on a GPU too (the CPU's form anyway: a GPU's form is forced first)
     monkeypatch.setattr(trainers.ensemble, "BIAS_IN_PRODUCT_DEVICES", frozenset())

@@ -84,15 +84,16 @@ MEMBERS = [  # differ in seed, sigma and learning rate (one group) and in PE kin
 ]
 
 
-@pytest.mark.parametrize("chunk", [None, 5], ids=["whole-batch", "chunks-of-5"])
-def test_ensemble_matches_solo_training(tmp_path, monkeypatch, chunk):
+@pytest.mark.parametrize("rows", [None, 10], ids=["whole-batch", "chunks"])
+def test_ensemble_matches_solo_training(tmp_path, monkeypatch, rows):
     """Members trained side by side in one stacked group equal each trained alone. One worker, so the first two
     members really share a group (K = 2, checked): with a worker per core they would each train alone. With
-    ``chunk`` the CPU group step takes its batches of 16 (and the epoch's last, smaller one) 5 puzzles at a time
-    (`trainers.ensemble.cpu_chunk`; the default chunk of 32 exceeds these batches)."""
+    ``rows`` = 10 the CPU group steps take their batches of 16 (and each epoch's last, smaller one) in chunks:
+    5 puzzles at a time in the group of 2, 10 in the lone member's (`trainers.ensemble.cpu_chunk`; the default
+    128 member-puzzles give chunks of 64 and 128, which exceed these batches)."""
     import trainers.ensemble as E
 
-    monkeypatch.setattr(E, "CPU_CHUNK", chunk)
+    monkeypatch.setattr(E, "CPU_CHUNK_ROWS", rows)
     cfgs = [tiny(**m) for m in MEMBERS]
     for i, cfg in enumerate(cfgs):
         train(cfg, tmp_path / "solo" / str(i), log=quiet)
@@ -908,19 +909,21 @@ def test_a_chunked_group_step_takes_the_whole_batchs_gradient(chunk):
     assert any((whole[n] - chunked[n]).abs().max() > 0 for n in whole) or chunk == 8  # really another summation
 
 
-def test_float32_cpu_group_steps_are_chunked_and_bf16_and_gpu_ones_are_not():
-    from trainers.ensemble import CPU_CHUNK, cpu_chunk
+def test_float32_cpu_group_steps_are_chunked_by_group_size_and_bf16_and_gpu_ones_are_not():
+    from trainers.ensemble import CPU_CHUNK_ROWS, cpu_chunk
 
-    assert cpu_chunk(torch.device("cpu")) == CPU_CHUNK == 32
-    assert cpu_chunk(torch.device("cpu"), bf16=True) is None
-    assert cpu_chunk(torch.device("cuda")) is None
+    cpu = torch.device("cpu")
+    assert CPU_CHUNK_ROWS == 128
+    assert [cpu_chunk(cpu, members=k) for k in (1, 2, 4, 8, 300)] == [128, 64, 32, 16, 1]  # 1: a whole batch of 128
+    assert cpu_chunk(cpu, bf16=True, members=4) is None
+    assert cpu_chunk(torch.device("cuda"), members=4) is None
 
 
 def test_an_ensemble_run_records_its_chunk(tmp_path):
     """provenance.jsonl says how each step's batch was taken (rounding differs with the chunk)."""
     train_ensemble([tiny(**{"optim.epochs": 1})], [tmp_path / "a"], log=quiet, workers=1)
     session = json.loads((tmp_path / "a" / "provenance.jsonl").read_text().splitlines()[-1])
-    assert session["trainer"] == "ensemble" and session["chunk"] == 32
+    assert session["trainer"] == "ensemble" and session["group_size"] == 1 and session["chunk"] == 128
 
 
 def test_a_compiled_float32_cpu_ensemble_takes_inductors_cpp_wrapper(tmp_path, monkeypatch):
