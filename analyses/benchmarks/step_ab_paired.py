@@ -26,7 +26,7 @@ Usage:
   python analyses/benchmarks/step_ab_paired.py --float32 --single --threads 2 --variants plain,cpp_wrapper \
       --rounds 4 --out reports/benchmarks/cpu-avx2-r6/paired-cpp-wrapper
   python analyses/benchmarks/step_ab_paired.py --float32 --variants plain,whole_batch --side-by-side 2 \
-      --rounds 3 --out reports/benchmarks/cpu-avx512bf16-intel-r2/paired-chunk-side-by-side
+      --rounds 3 --pairs 30 --steps 8 --out reports/benchmarks/cpu-avx512bf16-intel-r2/paired-chunk
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import queue
 import random
 import statistics
 import subprocess
@@ -158,7 +159,15 @@ def side_by_side_round(variant_b: str, args) -> list[list[tuple[float, float]]]:
              for _ in range(args.side_by_side)]
     for proc in procs:
         proc.start()
-    out = [results.get() for _ in procs]
+    out: list = []
+    while len(out) < len(procs):
+        try:
+            out.append(results.get(timeout=5))
+        except queue.Empty:  # a process killed (out of memory, a signal) puts nothing: do not wait for it forever
+            dead = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
+            if dead:
+                barrier.abort()
+                raise RuntimeError(f"a side-by-side process died (exit code {dead[0]})") from None
     for proc in procs:
         proc.join()
     failed = [r for r in out if isinstance(r, str)]
