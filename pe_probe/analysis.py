@@ -28,7 +28,7 @@ from .reference import parse_reference, procrustes_distance, shape_distance
 from .result import AnalysisResult
 from .roundoff import FLOAT64, distance_error, storage_roundoff
 from .spectrum import explained_variance_ratio, participation_ratio
-from .validation import (  # noqa: F401 - MAX_SEED: pe_probe.analysis.MAX_SEED, as callers name it
+from .validation import (  # MAX_SEED also as pe_probe.analysis.MAX_SEED, which the CLI's _count looks up
     MAX_SEED,
     as_float_array,
     check_choice,
